@@ -1,0 +1,172 @@
+//! Reading configuration from the environment without touching it.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use super::ConfigError;
+
+type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+/// A source of configuration variables.
+///
+/// [`Env::process`] reads the process environment; [`Env::from_pairs`] and
+/// [`Env::from_lookup`] let tests pass a map, so that no test calls
+/// `std::env::set_var` (which is `unsafe` in edition 2024 and races other
+/// tests).
+///
+/// A value that is empty or only whitespace counts as unset, as it does in a
+/// `.env` file line such as `RATE_LIMIT_DRIVER=`.
+///
+/// ```
+/// use suprnova::config::Env;
+///
+/// let env = Env::from_pairs([("PORT", "8081"), ("RATE_LIMIT_DRIVER", " ")]);
+/// assert_eq!(env.parse::<u16>("PORT").unwrap(), Some(8081));
+/// assert_eq!(env.get("RATE_LIMIT_DRIVER"), None);
+/// ```
+#[derive(Clone)]
+pub struct Env {
+    lookup: Arc<Lookup>,
+}
+
+impl Env {
+    /// The process environment.
+    pub fn process() -> Self {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Variables given by a closure.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> Self {
+        Self {
+            lookup: Arc::new(lookup),
+        }
+    }
+
+    /// Variables given as name and value pairs.
+    pub fn from_pairs<K, V>(pairs: impl IntoIterator<Item = (K, V)>) -> Self
+    where
+        K: Into<String>,
+        V: Into<String>,
+    {
+        let map: HashMap<String, String> = pairs
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
+        Self::from_lookup(move |name| map.get(name).cloned())
+    }
+
+    /// This source, with `value` for `name` when the source leaves it unset.
+    ///
+    /// ```
+    /// use suprnova::config::Env;
+    ///
+    /// let env = Env::from_pairs([("A", "1")]).with_default("B", "2").with_default("A", "9");
+    /// assert_eq!(env.get("A").as_deref(), Some("1"));
+    /// assert_eq!(env.get("B").as_deref(), Some("2"));
+    /// ```
+    pub fn with_default(self, name: &str, value: &str) -> Self {
+        let (name, value) = (name.to_owned(), value.to_owned());
+        let inner = self.lookup;
+        Self::from_lookup(move |asked| {
+            let found = inner(asked).filter(|v| !v.trim().is_empty());
+            match found {
+                None if asked == name => Some(value.clone()),
+                other => other,
+            }
+        })
+    }
+
+    /// The value of `name`, trimmed; `None` when unset or blank.
+    pub fn get(&self, name: &str) -> Option<String> {
+        (self.lookup)(name)
+            .map(|v| v.trim().to_owned())
+            .filter(|v| !v.is_empty())
+    }
+
+    /// The value of `name` parsed as `T`; an error names the variable and the
+    /// value when it does not parse.
+    pub fn parse<T>(&self, name: &str) -> Result<Option<T>, ConfigError>
+    where
+        T: std::str::FromStr,
+        T::Err: fmt::Display,
+    {
+        match self.get(name) {
+            None => Ok(None),
+            Some(raw) => raw
+                .parse::<T>()
+                .map(Some)
+                .map_err(|e| ConfigError::Invalid {
+                    variable: name.to_owned(),
+                    value: raw.clone(),
+                    reason: e.to_string(),
+                }),
+        }
+    }
+
+    /// The value of `name` as a boolean: `true`, `1`, `yes`, `on` or `false`,
+    /// `0`, `no`, `off`, in any case. Anything else is an error naming the
+    /// variable.
+    pub fn flag(&self, name: &str) -> Result<Option<bool>, ConfigError> {
+        let Some(raw) = self.get(name) else {
+            return Ok(None);
+        };
+        match raw.to_ascii_lowercase().as_str() {
+            "true" | "1" | "yes" | "on" => Ok(Some(true)),
+            "false" | "0" | "no" | "off" => Ok(Some(false)),
+            _ => Err(ConfigError::Invalid {
+                variable: name.to_owned(),
+                value: raw,
+                reason: "expected true or false".to_owned(),
+            }),
+        }
+    }
+}
+
+impl fmt::Debug for Env {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Env { .. }")
+    }
+}
+
+/// Loads `.env` from the working directory (or a parent) into the process
+/// environment when the file exists. Variables already set win over the
+/// file. A file that exists but cannot be read or parsed is an error.
+pub fn load_dotenv() -> Result<Option<std::path::PathBuf>, ConfigError> {
+    match dotenvy::dotenv() {
+        Ok(path) => Ok(Some(path)),
+        Err(e) if e.not_found() => Ok(None),
+        Err(e) => Err(ConfigError::DotEnv(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blank_is_unset_and_values_are_trimmed() {
+        let env = Env::from_pairs([("A", "  x "), ("B", ""), ("C", "   ")]);
+        assert_eq!(env.get("A").as_deref(), Some("x"));
+        assert_eq!(env.get("B"), None);
+        assert_eq!(env.get("C"), None);
+        assert_eq!(env.get("D"), None);
+    }
+
+    #[test]
+    fn parse_errors_name_variable_and_value() {
+        let env = Env::from_pairs([("PORT", "eighty")]);
+        let err = env.parse::<u16>("PORT").unwrap_err().to_string();
+        assert!(err.contains("PORT") && err.contains("eighty"), "{err}");
+    }
+
+    #[test]
+    fn flags() {
+        let env = Env::from_pairs([("A", "TRUE"), ("B", "0"), ("C", "maybe")]);
+        assert_eq!(env.flag("A").unwrap(), Some(true));
+        assert_eq!(env.flag("B").unwrap(), Some(false));
+        assert_eq!(env.flag("Z").unwrap(), None);
+        let err = env.flag("C").unwrap_err().to_string();
+        assert!(err.contains("C") && err.contains("maybe"), "{err}");
+    }
+}

@@ -1,0 +1,317 @@
+//! The service container: a typed map from a type to one shared value.
+//!
+//! [`App`] holds what the application installed at boot: the
+//! [`RateLimiterDriver`](crate::rate_limit::RateLimiterDriver), the cache
+//! store, the named limiters, the trusted proxies. A value is stored as an
+//! `Arc<T>` and looked up by `T`, where `T` may be a trait object:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use suprnova::container::App;
+//!
+//! trait Greeter: Send + Sync {
+//!     fn hello(&self) -> String;
+//! }
+//! struct English;
+//! impl Greeter for English {
+//!     fn hello(&self) -> String { "hello".into() }
+//! }
+//!
+//! let app = App::new();
+//! app.install::<dyn Greeter>(Arc::new(English));
+//! assert_eq!(app.get::<dyn Greeter>().unwrap().hello(), "hello");
+//! ```
+//!
+//! # Which container a lookup sees
+//!
+//! The static methods ([`App::bind`], [`App::resolve`], [`App::resolve_make`])
+//! act on [`App::current`]: the container of the innermost [`App::scope`]
+//! around the running task, else the one [`App::enter`] set on this thread,
+//! else the process-wide [`App::global`]. The server captures the current
+//! container when it starts and runs every connection inside it.
+//!
+//! # Isolating tests
+//!
+//! `cargo test` runs tests in parallel threads. A test that builds its own
+//! `App` and runs inside [`App::scope`] sees only what it installed, and no
+//! other test sees it:
+//!
+//! ```
+//! use std::sync::Arc;
+//! use suprnova::container::App;
+//!
+//! # tokio::runtime::Runtime::new().unwrap().block_on(async {
+//! let app = App::new();
+//! app.install(Arc::new(42_u32));
+//! app.scope(async {
+//!     assert_eq!(*App::resolve::<u32>().unwrap(), 42);
+//! })
+//! .await;
+//! //! // Outside the scope the process-wide container is current again.
+//! assert!(App::resolve::<u32>().is_none());
+//! # });
+//! ```
+
+use std::any::{Any, TypeId, type_name};
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, OnceLock, RwLock};
+
+type Entry = Arc<dyn Any + Send + Sync>;
+
+/// A typed service container. Clones share one map.
+#[derive(Clone, Default)]
+pub struct App {
+    services: Arc<RwLock<HashMap<TypeId, Entry>>>,
+}
+
+/// A lookup found nothing installed under the type.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("nothing is installed in the container for `{type_name}`")]
+pub struct ContainerError {
+    /// The type that was asked for.
+    pub type_name: &'static str,
+}
+
+tokio::task_local! {
+    static SCOPED: App;
+}
+
+thread_local! {
+    static ENTERED: RefCell<Vec<App>> = const { RefCell::new(Vec::new()) };
+}
+
+impl App {
+    /// An empty container.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The process-wide container, used when no scope is active.
+    pub fn global() -> App {
+        static GLOBAL: OnceLock<App> = OnceLock::new();
+        GLOBAL.get_or_init(App::new).clone()
+    }
+
+    /// The container lookups see here: the innermost [`App::scope`] of the
+    /// running task, else the innermost [`App::enter`] of this thread, else
+    /// [`App::global`].
+    pub fn current() -> App {
+        if let Ok(app) = SCOPED.try_with(App::clone) {
+            return app;
+        }
+        ENTERED
+            .with(|stack| stack.borrow().last().cloned())
+            .unwrap_or_else(App::global)
+    }
+
+    /// Installs `value` under `T`, replacing what was there.
+    ///
+    /// `T` may be unsized: `app.install::<dyn Trait>(Arc::new(impl))`.
+    pub fn install<T>(&self, value: Arc<T>)
+    where
+        T: ?Sized + Send + Sync + 'static,
+    {
+        let entry: Entry = Arc::new(value);
+        self.write().insert(TypeId::of::<T>(), entry);
+    }
+
+    /// The value installed under `T`, if any.
+    pub fn get<T>(&self) -> Option<Arc<T>>
+    where
+        T: ?Sized + Send + Sync + 'static,
+    {
+        let services = self.services.read().unwrap_or_else(|e| e.into_inner());
+        services
+            .get(&TypeId::of::<T>())
+            .and_then(|entry| entry.downcast_ref::<Arc<T>>())
+            .cloned()
+    }
+
+    /// The value installed under `T`, or an error naming `T`.
+    pub fn make<T>(&self) -> Result<Arc<T>, ContainerError>
+    where
+        T: ?Sized + Send + Sync + 'static,
+    {
+        self.get::<T>().ok_or(ContainerError {
+            type_name: type_name::<T>(),
+        })
+    }
+
+    /// The value installed under `T`, or the one `init` makes and installs.
+    ///
+    /// Two racing callers may both run `init`; one value wins and both get it.
+    pub fn get_or_install<T>(&self, init: impl FnOnce() -> Arc<T>) -> Arc<T>
+    where
+        T: ?Sized + Send + Sync + 'static,
+    {
+        if let Some(found) = self.get::<T>() {
+            return found;
+        }
+        let made = init();
+        let mut services = self.write();
+        let entry = services
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(made));
+        entry
+            .downcast_ref::<Arc<T>>()
+            .cloned()
+            .expect("the entry of a TypeId holds that type")
+    }
+
+    /// Removes what is installed under `T` and returns it.
+    pub fn remove<T>(&self) -> Option<Arc<T>>
+    where
+        T: ?Sized + Send + Sync + 'static,
+    {
+        self.write()
+            .remove(&TypeId::of::<T>())
+            .and_then(|entry| entry.downcast_ref::<Arc<T>>().cloned())
+    }
+
+    /// Runs `future` with this container as [`App::current`].
+    ///
+    /// Tasks spawned from inside do not inherit the scope; wrap them in
+    /// `app.scope(...)` too (the server does this for every connection).
+    pub fn scope<F: Future>(&self, future: F) -> impl Future<Output = F::Output> + use<F> {
+        SCOPED.scope(self.clone(), future)
+    }
+
+    /// Makes this container [`App::current`] on this thread until the guard
+    /// drops. For synchronous code and tests; async code uses [`App::scope`].
+    pub fn enter(&self) -> AppGuard {
+        ENTERED.with(|stack| stack.borrow_mut().push(self.clone()));
+        AppGuard {
+            _not_send: std::marker::PhantomData,
+        }
+    }
+
+    /// Installs `value` under `T` in [`App::current`].
+    pub fn bind<T>(value: Arc<T>)
+    where
+        T: ?Sized + Send + Sync + 'static,
+    {
+        App::current().install(value);
+    }
+
+    /// Installs `value` under its own type in [`App::current`].
+    pub fn singleton<T: Send + Sync + 'static>(value: T) {
+        App::current().install(Arc::new(value));
+    }
+
+    /// The value under `T` in [`App::current`], if any.
+    pub fn resolve<T>() -> Option<Arc<T>>
+    where
+        T: ?Sized + Send + Sync + 'static,
+    {
+        App::current().get::<T>()
+    }
+
+    /// The value under `T` in [`App::current`], or an error naming `T`.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use suprnova::container::App;
+    /// use suprnova::rate_limit::RateLimiterDriver;
+    /// use suprnova::rate_limit::memory::InMemoryRateLimiter;
+    ///
+    /// let app = App::new();
+    /// let _guard = app.enter();
+    /// assert!(App::resolve_make::<dyn RateLimiterDriver>().is_err());
+    /// App::bind::<dyn RateLimiterDriver>(Arc::new(InMemoryRateLimiter::new()));
+    /// let limiter: Arc<dyn RateLimiterDriver> =
+    ///     App::resolve_make::<dyn RateLimiterDriver>().unwrap();
+    /// # drop(limiter);
+    /// ```
+    pub fn resolve_make<T>() -> Result<Arc<T>, ContainerError>
+    where
+        T: ?Sized + Send + Sync + 'static,
+    {
+        App::current().make::<T>()
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<TypeId, Entry>> {
+        self.services.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl fmt::Debug for App {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let count = self.services.read().map_or(0, |s| s.len());
+        f.debug_struct("App").field("services", &count).finish()
+    }
+}
+
+/// Keeps a container current on this thread; see [`App::enter`].
+#[must_use = "the container stops being current when the guard drops"]
+pub struct AppGuard {
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl Drop for AppGuard {
+    fn drop(&mut self) {
+        ENTERED.with(|stack| {
+            stack.borrow_mut().pop();
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    trait Named: Send + Sync {
+        fn name(&self) -> &'static str;
+    }
+    struct A;
+    impl Named for A {
+        fn name(&self) -> &'static str {
+            "a"
+        }
+    }
+
+    #[test]
+    fn installs_and_resolves_trait_objects() {
+        let app = App::new();
+        assert!(app.get::<dyn Named>().is_none());
+        app.install::<dyn Named>(Arc::new(A));
+        assert_eq!(app.get::<dyn Named>().unwrap().name(), "a");
+        assert!(app.remove::<dyn Named>().is_some());
+        assert!(app.get::<dyn Named>().is_none());
+    }
+
+    #[test]
+    fn make_names_the_missing_type() {
+        let err = App::new().make::<dyn Named>().err().unwrap();
+        assert!(err.to_string().contains("Named"), "{err}");
+    }
+
+    #[test]
+    fn enter_nests_and_unwinds() {
+        let outer = App::new();
+        outer.install(Arc::new(1_u8));
+        let inner = App::new();
+        inner.install(Arc::new(2_u8));
+        let _o = outer.enter();
+        {
+            let _i = inner.enter();
+            assert_eq!(*App::resolve::<u8>().unwrap(), 2);
+        }
+        assert_eq!(*App::resolve::<u8>().unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn scope_wins_over_enter() {
+        let entered = App::new();
+        entered.install(Arc::new(1_u16));
+        let scoped = App::new();
+        scoped.install(Arc::new(2_u16));
+        let _g = entered.enter();
+        let seen = scoped
+            .scope(async { *App::resolve::<u16>().unwrap() })
+            .await;
+        assert_eq!(seen, 2);
+    }
+}

@@ -1,0 +1,137 @@
+//! The value both sides of the crate end in, and the one place that turns it
+//! into response headers and a 429.
+//!
+//! The sliding-window driver and the Laravel-shape throttle decide
+//! differently, but each ends with a [`Decision`]: admitted or not, the
+//! limit, the places left, when to retry. [`Decision::apply_headers`] writes
+//! `X-RateLimit-Limit` and `X-RateLimit-Remaining` on every response, and on
+//! a refusal `Retry-After` and `X-RateLimit-Reset` too.
+
+use std::time::Duration;
+
+use crate::http::HttpResponse;
+
+/// `X-RateLimit-Limit`.
+pub const LIMIT_HEADER: &str = "X-RateLimit-Limit";
+/// `X-RateLimit-Remaining`.
+pub const REMAINING_HEADER: &str = "X-RateLimit-Remaining";
+/// `X-RateLimit-Reset`.
+pub const RESET_HEADER: &str = "X-RateLimit-Reset";
+/// `Retry-After`.
+pub const RETRY_AFTER_HEADER: &str = "Retry-After";
+
+/// The outcome of one rate-limit check.
+///
+/// Being limited is an outcome, not an error: `allowed == false` with a
+/// `retry_after`. Errors are for a backend that could not decide.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Decision {
+    /// Whether the request was admitted (and counted).
+    pub allowed: bool,
+    /// The most requests the bucket admits in its window.
+    pub limit: u64,
+    /// How many more requests the bucket admits now.
+    pub remaining: u64,
+    /// When a refused caller may try again; `None` while the bucket has room.
+    pub retry_after: Option<Duration>,
+    /// When the bucket reopens, in Unix seconds, if the limiter knows.
+    pub reset_at: Option<i64>,
+}
+
+impl Decision {
+    /// An admitted request with `remaining` places left.
+    pub fn allowed(limit: u64, remaining: u64) -> Self {
+        Self {
+            allowed: true,
+            limit,
+            remaining,
+            retry_after: None,
+            reset_at: None,
+        }
+    }
+
+    /// A refused request that may retry after `retry_after`.
+    pub fn refused(limit: u64, retry_after: Duration) -> Self {
+        Self {
+            allowed: false,
+            limit,
+            remaining: 0,
+            retry_after: Some(retry_after),
+            reset_at: None,
+        }
+    }
+
+    /// Sets when the bucket reopens, in Unix seconds.
+    pub fn with_reset_at(mut self, unix_seconds: i64) -> Self {
+        self.reset_at = Some(unix_seconds);
+        self
+    }
+
+    /// `Retry-After` in whole seconds: rounded up, and at least 1, so that a
+    /// client that obeys it never comes back while the bucket is still
+    /// closed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use suprnova::decision::Decision;
+    ///
+    /// assert_eq!(Decision::refused(10, Duration::from_millis(1200)).retry_after_secs(), Some(2));
+    /// assert_eq!(Decision::refused(10, Duration::ZERO).retry_after_secs(), Some(1));
+    /// assert_eq!(Decision::allowed(10, 3).retry_after_secs(), None);
+    /// ```
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.retry_after.map(|d| {
+            let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+            secs.max(1)
+        })
+    }
+
+    /// Writes the headers of this decision on `response`: the limit and the
+    /// places left always; `Retry-After` and `X-RateLimit-Reset` (when
+    /// known) on a refusal.
+    pub fn apply_headers(&self, response: &mut HttpResponse) {
+        response.set_header(LIMIT_HEADER, self.limit.to_string());
+        response.set_header(REMAINING_HEADER, self.remaining.to_string());
+        if !self.allowed {
+            if let Some(secs) = self.retry_after_secs() {
+                response.set_header(RETRY_AFTER_HEADER, secs.to_string());
+            }
+            if let Some(reset) = self.reset_at {
+                response.set_header(RESET_HEADER, reset.to_string());
+            }
+        }
+    }
+
+    /// A `429 Too Many Requests` with `body` and this decision's headers.
+    pub fn too_many_requests(&self, body: &str) -> HttpResponse {
+        let mut response = HttpResponse::text(body).status(429);
+        self.apply_headers(&mut response);
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refused_headers() {
+        let r = Decision::refused(60, Duration::from_secs(50))
+            .with_reset_at(946_728_060)
+            .too_many_requests("Too Many Attempts.");
+        assert_eq!(r.status_code(), 429);
+        assert_eq!(r.header_str("x-ratelimit-limit"), Some("60"));
+        assert_eq!(r.header_str("x-ratelimit-remaining"), Some("0"));
+        assert_eq!(r.header_str("retry-after"), Some("50"));
+        assert_eq!(r.header_str("x-ratelimit-reset"), Some("946728060"));
+    }
+
+    #[test]
+    fn allowed_headers_carry_no_retry() {
+        let mut r = HttpResponse::text("ok");
+        Decision::allowed(60, 59).apply_headers(&mut r);
+        assert_eq!(r.header_str("x-ratelimit-remaining"), Some("59"));
+        assert_eq!(r.header_str("retry-after"), None);
+        assert_eq!(r.header_str("x-ratelimit-reset"), None);
+    }
+}

@@ -1,0 +1,95 @@
+//! The request body: streamed from the connection, read on demand with a byte
+//! cap, and kept once read so the next reader sees the same bytes.
+
+use bytes::{Bytes, BytesMut};
+use http_body_util::BodyExt;
+use http_body_util::combinators::BoxBody;
+
+use super::HttpResponse;
+
+/// The error type bodies are boxed with.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A body that could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// The body is longer than the cap the reader set.
+    #[error("the request body is larger than {limit} bytes")]
+    TooLarge {
+        /// The cap, in bytes.
+        limit: usize,
+    },
+    /// The connection failed while the body was read.
+    #[error("the request body could not be read: {0}")]
+    Read(#[source] BoxError),
+    /// The body was consumed by an earlier reader that did not keep it.
+    #[error("the request body was already consumed")]
+    Consumed,
+}
+
+impl BodyError {
+    /// The answer a server gives to this error: 413 for a body over the cap,
+    /// 400 otherwise.
+    pub fn to_response(&self) -> HttpResponse {
+        match self {
+            BodyError::TooLarge { .. } => HttpResponse::text("413 Payload Too Large").status(413),
+            BodyError::Read(_) | BodyError::Consumed => {
+                HttpResponse::text("400 Bad Request").status(400)
+            }
+        }
+    }
+}
+
+impl From<BodyError> for HttpResponse {
+    fn from(e: BodyError) -> Self {
+        e.to_response()
+    }
+}
+
+pub(crate) enum BodyState {
+    Streaming(BoxBody<Bytes, BoxError>),
+    Buffered(Bytes),
+    Consumed,
+}
+
+impl BodyState {
+    pub(crate) fn empty() -> Self {
+        BodyState::Buffered(Bytes::new())
+    }
+
+    /// Reads the whole body, refusing more than `limit` bytes. A body that
+    /// announces a larger `Content-Length` is refused before a byte is read.
+    pub(crate) async fn read(
+        &mut self,
+        limit: usize,
+        content_length: Option<u64>,
+    ) -> Result<Bytes, BodyError> {
+        match self {
+            BodyState::Buffered(bytes) if bytes.len() > limit => Err(BodyError::TooLarge { limit }),
+            BodyState::Buffered(bytes) => Ok(bytes.clone()),
+            BodyState::Consumed => Err(BodyError::Consumed),
+            BodyState::Streaming(_) => {
+                if content_length.is_some_and(|n| n > limit as u64) {
+                    return Err(BodyError::TooLarge { limit });
+                }
+                let BodyState::Streaming(mut body) = std::mem::replace(self, BodyState::Consumed)
+                else {
+                    unreachable!("matched Streaming above")
+                };
+                let mut buf = BytesMut::new();
+                while let Some(frame) = body.frame().await {
+                    let frame = frame.map_err(BodyError::Read)?;
+                    if let Ok(data) = frame.into_data() {
+                        if buf.len() + data.len() > limit {
+                            return Err(BodyError::TooLarge { limit });
+                        }
+                        buf.extend_from_slice(&data);
+                    }
+                }
+                let bytes = buf.freeze();
+                *self = BodyState::Buffered(bytes.clone());
+                Ok(bytes)
+            }
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! `HttpResponse` and `Response`, the value every handler and middleware
+//! returns.
+
+use bytes::Bytes;
+use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, StatusCode};
+use http_body_util::Full;
+
+/// What a handler or middleware returns. `Err` short-circuits: a middleware
+/// that returns `Err(response)` answers with it, and the middleware after it
+/// and the handler do not run.
+pub type Response = Result<HttpResponse, HttpResponse>;
+
+/// An HTTP response with a buffered body.
+///
+/// ```
+/// use suprnova::HttpResponse;
+///
+/// let r = HttpResponse::text("blocked").status(429).header("Retry-After", "7");
+/// assert_eq!(r.status_code(), 429);
+/// assert_eq!(r.header_str("retry-after"), Some("7"));
+/// assert_eq!(r.body_text(), "blocked");
+/// ```
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Bytes,
+    extensions: http::Extensions,
+}
+
+impl Default for HttpResponse {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HttpResponse {
+    /// An empty `200 OK`.
+    pub fn new() -> Self {
+        Self {
+            status: StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: Bytes::new(),
+            extensions: http::Extensions::new(),
+        }
+    }
+
+    /// A `200 OK` with a `text/plain; charset=utf-8` body.
+    pub fn text(body: impl Into<String>) -> Self {
+        let mut r = Self::new();
+        r.body = Bytes::from(body.into());
+        r.headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        r
+    }
+
+    /// A `200 OK` with a JSON body. A value that does not serialize gives a
+    /// 500 (and a log line), never a panic.
+    pub fn json(value: impl serde::Serialize) -> Self {
+        match serde_json::to_vec(&value) {
+            Ok(body) => {
+                let mut r = Self::new();
+                r.body = Bytes::from(body);
+                r.headers
+                    .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+                r
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "response body did not serialize to JSON");
+                Self::text("500 Internal Server Error").status(500)
+            }
+        }
+    }
+
+    /// A response with raw bytes and no content type.
+    pub fn bytes(body: impl Into<Bytes>) -> Self {
+        let mut r = Self::new();
+        r.body = body.into();
+        r
+    }
+
+    /// Sets the status code. A code outside 100..=999 becomes 500 (and a log
+    /// line).
+    pub fn status(mut self, code: u16) -> Self {
+        self.status = StatusCode::from_u16(code).unwrap_or_else(|_| {
+            tracing::error!(code, "invalid HTTP status code; answering 500");
+            StatusCode::INTERNAL_SERVER_ERROR
+        });
+        self
+    }
+
+    /// Sets a header, replacing earlier values of the same name. A name or
+    /// value that is not valid in HTTP is left out (and logged), never a panic.
+    pub fn header(mut self, name: impl AsRef<str>, value: impl AsRef<str>) -> Self {
+        self.set_header(name, value);
+        self
+    }
+
+    /// Sets a header in place; see [`HttpResponse::header`].
+    pub fn set_header(&mut self, name: impl AsRef<str>, value: impl AsRef<str>) {
+        let (name, value) = (name.as_ref(), value.as_ref());
+        match (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            (Ok(n), Ok(v)) => {
+                self.headers.insert(n, v);
+            }
+            _ => tracing::error!(name, value, "invalid response header left out"),
+        }
+    }
+
+    /// The status code as a number.
+    pub fn status_code(&self) -> u16 {
+        self.status.as_u16()
+    }
+
+    /// The status code.
+    pub fn status_code_typed(&self) -> StatusCode {
+        self.status
+    }
+
+    /// The headers.
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The headers, to change them.
+    pub fn headers_mut(&mut self) -> &mut HeaderMap {
+        &mut self.headers
+    }
+
+    /// The value of a header as text, when it is present and visible ASCII.
+    pub fn header_str(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+
+    /// The body.
+    pub fn body(&self) -> &Bytes {
+        &self.body
+    }
+
+    /// The body as text (lossy for invalid UTF-8).
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// Typed values carried with the response through the middleware chain.
+    pub fn extensions(&self) -> &http::Extensions {
+        &self.extensions
+    }
+
+    /// Typed values carried with the response, to change them.
+    pub fn extensions_mut(&mut self) -> &mut http::Extensions {
+        &mut self.extensions
+    }
+
+    /// Converts into an `http::Response` for hyper.
+    pub fn into_http(self) -> http::Response<Full<Bytes>> {
+        let mut response = http::Response::new(Full::new(self.body));
+        *response.status_mut() = self.status;
+        *response.headers_mut() = self.headers;
+        *response.extensions_mut() = self.extensions;
+        response
+    }
+}
+
+/// Values a handler may return.
+pub trait IntoResponse {
+    /// Converts into the chain's [`Response`].
+    fn into_response(self) -> Response;
+}
+
+impl IntoResponse for HttpResponse {
+    fn into_response(self) -> Response {
+        Ok(self)
+    }
+}
+
+impl IntoResponse for Response {
+    fn into_response(self) -> Response {
+        self
+    }
+}
+
+impl IntoResponse for &'static str {
+    fn into_response(self) -> Response {
+        Ok(HttpResponse::text(self))
+    }
+}
+
+impl IntoResponse for String {
+    fn into_response(self) -> Response {
+        Ok(HttpResponse::text(self))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_header_is_left_out_not_a_panic() {
+        let r = HttpResponse::new()
+            .header("bad name", "x")
+            .header("X-Ok", "bad\nvalue")
+            .header("X-Fine", "1");
+        assert_eq!(r.headers().len(), 1);
+        assert_eq!(r.header_str("x-fine"), Some("1"));
+    }
+
+    #[test]
+    fn invalid_status_becomes_500() {
+        assert_eq!(HttpResponse::new().status(1000).status_code(), 500);
+    }
+
+    #[test]
+    fn json_sets_content_type() {
+        let r = HttpResponse::json(serde_json::json!({"a": 1}));
+        assert_eq!(r.header_str("content-type"), Some("application/json"));
+        assert_eq!(r.body_text(), r#"{"a":1}"#);
+    }
+}

@@ -1,0 +1,67 @@
+//! Building blocks of bucket keys: the address a client is counted by, and
+//! the hash that keeps people's identifiers out of the store.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use sha2::{Digest, Sha256};
+
+/// An IPv4-mapped IPv6 address (`::ffff:203.0.113.1`) as the IPv4 address;
+/// every other address unchanged.
+///
+/// ```
+/// use suprnova::keys::canonical_ip;
+///
+/// assert_eq!(canonical_ip("::ffff:203.0.113.1".parse().unwrap()).to_string(), "203.0.113.1");
+/// ```
+pub fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(v6),
+        },
+        v4 => v4,
+    }
+}
+
+/// The address a client is counted by: an IPv4 address as itself, an IPv6
+/// address as its /64 network (a subscriber line gets a /64 or more, so a
+/// count per address would be no limit), an IPv4-mapped address as the IPv4
+/// address.
+///
+/// ```
+/// use suprnova::keys::bucket_address;
+///
+/// assert_eq!(bucket_address("203.0.113.7".parse().unwrap()), "203.0.113.7");
+/// assert_eq!(bucket_address("2001:db8:1:2:aaaa::1".parse().unwrap()), "2001:db8:1:2::/64");
+/// assert_eq!(bucket_address("::ffff:10.1.2.3".parse().unwrap()), "10.1.2.3");
+/// ```
+pub fn bucket_address(ip: IpAddr) -> String {
+    match canonical_ip(ip) {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            let net = Ipv6Addr::new(s[0], s[1], s[2], s[3], 0, 0, 0, 0);
+            format!("{net}/64")
+        }
+    }
+}
+
+/// Lowercase hex of the SHA-256 of `value`.
+///
+/// ```
+/// use suprnova::keys::sha256_hex;
+///
+/// assert_eq!(
+///     sha256_hex("abc"),
+///     "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+/// );
+/// ```
+pub fn sha256_hex(value: &str) -> String {
+    let digest = Sha256::digest(value.as_bytes());
+    let mut out = String::with_capacity(64);
+    for byte in digest.iter() {
+        out.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
+        out.push(char::from_digit(u32::from(byte & 0xf), 16).unwrap_or('0'));
+    }
+    out
+}

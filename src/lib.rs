@@ -1,0 +1,39 @@
+//! # Suprnova rate limiting
+//!
+//! Rate limiting for Rust web services on tokio and hyper 1, in two shapes
+//! that share one core:
+//!
+//! - **The sliding-window driver** ([`rate_limit`]): an exact limit of N
+//!   calls in any span of a window, per key, in memory, on Redis or on a
+//!   Redis Cluster, behind [`rate_limit::RateLimitMiddleware`].
+//! - **The Laravel-shape facade**: [`RateLimiter`], [`Limit`] and
+//!   [`ThrottleRequestsMiddleware`], for applications moving off Laravel that
+//!   keep their `throttle:60,1` routes, their named limiters and their Redis
+//!   keys.
+//!
+//! Both run on the crate's HTTP core ([`Router`], [`Request`],
+//! [`HttpResponse`], [`Middleware`], [`server`]), read the client address
+//! through the trusted proxies ([`Request::ip`]), and are installed by
+//! [`bootstrap::bootstrap_from_env`] from `RATE_LIMIT_DRIVER`,
+//! `RATE_LIMIT_REDIS_URL` and `APP_TRUSTED_PROXIES`.
+#![warn(clippy::print_stdout, clippy::print_stderr)]
+
+pub mod clock;
+pub mod config;
+pub mod container;
+pub mod decision;
+pub mod http;
+pub mod keys;
+pub mod middleware;
+pub mod rate_limit;
+#[cfg(feature = "redis")]
+pub mod redis_client;
+pub mod routing;
+pub mod server;
+
+pub use async_trait::async_trait;
+pub use chrono;
+
+pub use crate::http::{HttpResponse, Request, Response};
+pub use crate::middleware::{Middleware, Next};
+pub use crate::routing::Router;

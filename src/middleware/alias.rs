@@ -1,0 +1,139 @@
+//! Middleware aliases: `"throttle:60,1"` on a route, resolved at boot.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+use super::Middleware;
+use crate::container::App;
+
+type Factory = dyn Fn(&[&str]) -> Result<Arc<dyn Middleware>, String> + Send + Sync;
+
+/// A route named middleware that could not be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("middleware `{spec}`: {reason}")]
+pub struct AliasError {
+    /// The name with its arguments, as the route wrote it.
+    pub spec: String,
+    /// Why it was refused.
+    pub reason: String,
+}
+
+/// The aliases registered in one container.
+///
+/// Applications use [`register_middleware_alias`] and
+/// [`register_middleware_alias_with_args`], which register in
+/// [`App::current`]; this type is what they install there.
+#[derive(Default)]
+pub struct MiddlewareAliases {
+    factories: RwLock<HashMap<String, Arc<Factory>>>,
+}
+
+impl MiddlewareAliases {
+    /// The registry of [`App::current`], created empty on first use.
+    pub fn current() -> Arc<MiddlewareAliases> {
+        App::current().get_or_install(|| Arc::new(MiddlewareAliases::default()))
+    }
+
+    /// Registers `name` with a factory that receives the arguments.
+    pub fn insert(
+        &self,
+        name: &str,
+        factory: impl Fn(&[&str]) -> Result<Arc<dyn Middleware>, String> + Send + Sync + 'static,
+    ) {
+        self.factories
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.to_owned(), Arc::new(factory));
+    }
+
+    /// Builds the middleware a route names: `name` or `name:arg1,arg2`.
+    ///
+    /// Arguments are split on `,` and trimmed, as Laravel splits them.
+    pub fn resolve(&self, spec: &str) -> Result<Arc<dyn Middleware>, AliasError> {
+        let (name, args) = match spec.split_once(':') {
+            Some((name, args)) => (name.trim(), args.split(',').map(str::trim).collect()),
+            None => (spec.trim(), Vec::new()),
+        };
+        let factory = self
+            .factories
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()
+            .ok_or_else(|| AliasError {
+                spec: spec.to_owned(),
+                reason: format!("no middleware alias named `{name}` is registered"),
+            })?;
+        factory(&args).map_err(|reason| AliasError {
+            spec: spec.to_owned(),
+            reason,
+        })
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .factories
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        names.sort();
+        names
+    }
+}
+
+impl fmt::Debug for MiddlewareAliases {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MiddlewareAliases")
+            .field("names", &self.names())
+            .finish()
+    }
+}
+
+/// Registers `middleware` under `name` in [`App::current`]. Every route that
+/// names it shares the one instance. Naming it with arguments is refused.
+///
+/// ```
+/// use suprnova::middleware::register_middleware_alias;
+/// use suprnova::rate_limit::RateLimitMiddleware;
+/// use std::time::Duration;
+///
+/// register_middleware_alias("per_ip", RateLimitMiddleware::ip_based(20, Duration::from_secs(60)));
+/// ```
+pub fn register_middleware_alias(name: &str, middleware: impl Middleware) {
+    let shared: Arc<dyn Middleware> = Arc::new(middleware);
+    let alias = name.to_owned();
+    MiddlewareAliases::current().insert(name, move |args| {
+        if args.is_empty() {
+            Ok(shared.clone())
+        } else {
+            Err(format!("the alias `{alias}` takes no arguments"))
+        }
+    });
+}
+
+/// Registers `name` with a factory that builds the middleware from the
+/// route's arguments, in [`App::current`]. The factory's error refuses the
+/// route at registration.
+///
+/// ```
+/// use suprnova::middleware::register_middleware_alias_with_args;
+/// use suprnova::ThrottleRequestsMiddleware;
+///
+/// register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
+/// ```
+pub fn register_middleware_alias_with_args<F, M, E>(name: &str, factory: F)
+where
+    F: Fn(&[&str]) -> Result<M, E> + Send + Sync + 'static,
+    M: Middleware,
+    E: fmt::Display,
+{
+    MiddlewareAliases::current().insert(name, move |args| {
+        factory(args)
+            .map(|m| Arc::new(m) as Arc<dyn Middleware>)
+            .map_err(|e| e.to_string())
+    });
+}

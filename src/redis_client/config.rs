@@ -1,0 +1,182 @@
+//! Redis URLs: one node or a cluster, and the timeouts that bound a call.
+
+use std::time::Duration;
+
+use ::redis::IntoConnectionInfo;
+
+/// Where Redis is and how long to wait for it.
+///
+/// The URL forms:
+///
+/// | form | meaning |
+/// | --- | --- |
+/// | `redis://host:6379/0` | one node, plain TCP (the path selects the database) |
+/// | `rediss://host:6380` | one node over TLS |
+/// | `redis://user:pass@host:6379` | with ACL credentials |
+/// | `redis://a:7000,redis://b:7001,redis://c:7002` | a Redis Cluster, given by its nodes |
+/// | `redis+cluster://a:7000` (or `rediss+cluster://`) | a Redis Cluster, given by one or more seed nodes |
+///
+/// ```
+/// use suprnova::redis_client::RedisConfig;
+///
+/// let one = RedisConfig::from_url("redis://127.0.0.1:6379").unwrap();
+/// assert!(!one.is_cluster());
+/// let cluster = RedisConfig::from_url("redis://10.0.0.1:7000,redis://10.0.0.2:7000").unwrap();
+/// assert!(cluster.is_cluster());
+/// assert!(RedisConfig::from_url("http://localhost").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    nodes: Vec<String>,
+    cluster: bool,
+    /// How long one attempt to connect may take. Default 1 s.
+    pub connect_timeout: Duration,
+    /// How long a command may wait for its answer. Default 1 s.
+    pub response_timeout: Duration,
+}
+
+/// A Redis URL that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{url:?} is not a usable Redis URL: {reason}")]
+pub struct RedisUrlError {
+    /// The URL (or the part of a list) that was refused.
+    pub url: String,
+    /// Why.
+    pub reason: String,
+}
+
+impl RedisConfig {
+    /// The default connect timeout.
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+    /// The default response timeout.
+    pub const DEFAULT_RESPONSE_TIMEOUT: Duration = Duration::from_secs(1);
+
+    /// Parses a URL in one of the forms above.
+    pub fn from_url(url: &str) -> Result<Self, RedisUrlError> {
+        let url = url.trim();
+        let refuse = |part: &str, reason: &str| RedisUrlError {
+            url: part.to_owned(),
+            reason: reason.to_owned(),
+        };
+        if url.is_empty() {
+            return Err(refuse(url, "it is empty"));
+        }
+        let (cluster_scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+            (Some("redis://"), rest)
+        } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
+            (Some("rediss://"), rest)
+        } else {
+            (None, url)
+        };
+        let nodes: Vec<String> = match cluster_scheme {
+            Some(scheme) => rest
+                .split(',')
+                .map(|host| format!("{scheme}{}", host.trim()))
+                .collect(),
+            None => rest.split(',').map(|u| u.trim().to_owned()).collect(),
+        };
+        for node in &nodes {
+            if !(node.starts_with("redis://") || node.starts_with("rediss://")) {
+                return Err(refuse(
+                    node,
+                    "the scheme must be redis://, rediss://, redis+cluster:// or rediss+cluster://",
+                ));
+            }
+            let info = node
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| refuse(node, &e.to_string()))?;
+            if let ::redis::ConnectionAddr::Tcp(host, _)
+            | ::redis::ConnectionAddr::TcpTls { host, .. } = info.addr()
+                && host.is_empty()
+            {
+                return Err(refuse(node, "it names no host"));
+            }
+        }
+        let cluster = cluster_scheme.is_some() || nodes.len() > 1;
+        Ok(Self {
+            nodes,
+            cluster,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            response_timeout: Self::DEFAULT_RESPONSE_TIMEOUT,
+        })
+    }
+
+    /// Sets both timeouts.
+    pub fn with_timeouts(mut self, connect: Duration, response: Duration) -> Self {
+        self.connect_timeout = connect;
+        self.response_timeout = response;
+        self
+    }
+
+    /// The node URLs.
+    pub fn nodes(&self) -> &[String] {
+        &self.nodes
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.cluster
+    }
+
+    /// Whether any node is reached over TLS.
+    pub fn uses_tls(&self) -> bool {
+        self.nodes.iter().any(|n| n.starts_with("rediss://"))
+    }
+
+    /// The URLs with passwords replaced by `***`, for logs.
+    pub fn redacted(&self) -> String {
+        let shown: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| match (n.find("://"), n.rfind('@')) {
+                (Some(s), Some(at)) if at > s => format!("{}***{}", &n[..s + 3], &n[at..]),
+                _ => n.clone(),
+            })
+            .collect();
+        let kind = if self.cluster { "cluster " } else { "" };
+        format!("{kind}{}", shown.join(","))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms() {
+        assert!(
+            !RedisConfig::from_url("redis://127.0.0.1:6379/2")
+                .unwrap()
+                .is_cluster()
+        );
+        let c = RedisConfig::from_url("redis+cluster://a:7000,b:7001").unwrap();
+        assert!(c.is_cluster());
+        assert_eq!(c.nodes(), ["redis://a:7000", "redis://b:7001"]);
+        assert!(RedisConfig::from_url("rediss://h:6380").unwrap().uses_tls());
+        assert!(
+            RedisConfig::from_url("redis+cluster://a:7000")
+                .unwrap()
+                .is_cluster()
+        );
+    }
+
+    #[test]
+    fn refusals() {
+        for bad in [
+            "",
+            "localhost:6379",
+            "http://x",
+            "redis://",
+            "redis://h:notaport",
+        ] {
+            assert!(RedisConfig::from_url(bad).is_err(), "{bad} was accepted");
+        }
+    }
+
+    #[test]
+    fn redacts_passwords() {
+        let c = RedisConfig::from_url("redis://user:secret@h:6379").unwrap();
+        assert_eq!(c.redacted(), "redis://***@h:6379");
+    }
+}

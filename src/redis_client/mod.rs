@@ -1,0 +1,13 @@
+//! The Redis connection both sides of the crate share: URLs (one node or a
+//! cluster), connect and response timeouts, reconnects, and scripts run with
+//! `EVALSHA` and reloaded on `NOSCRIPT`.
+//!
+//! Every script of the crate touches one key (or keys that share a
+//! `{hash tag}`), so the same code runs on a single node and on a Redis
+//! Cluster.
+
+mod config;
+mod connection;
+
+pub use config::{RedisConfig, RedisUrlError};
+pub use connection::{RedisBackendError, RedisConnection};

@@ -1,0 +1,9 @@
+//! Routing: [`Router`] maps a method and a path to a handler and its
+//! middleware chain.
+
+mod handler;
+mod path;
+mod router;
+
+pub use handler::Handler;
+pub use router::{RouteError, RouteInfo, Router};

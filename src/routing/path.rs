@@ -1,0 +1,93 @@
+//! Route paths: literal segments and `{param}` segments.
+
+/// One segment of a route path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    Param(String),
+}
+
+/// A parsed route path such as `/users/{id}/posts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PathPattern {
+    raw: String,
+    segments: Vec<Segment>,
+}
+
+impl PathPattern {
+    /// Parses a route path. It must start with `/`; a `{name}` segment
+    /// captures one path segment under `name`.
+    pub(crate) fn parse(raw: &str) -> Result<Self, String> {
+        if !raw.starts_with('/') {
+            return Err(format!("route path {raw:?} must start with '/'"));
+        }
+        let mut segments = Vec::new();
+        for part in raw.split('/').filter(|s| !s.is_empty()) {
+            if let Some(name) = part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                if name.is_empty() || name.contains(['{', '}']) {
+                    return Err(format!(
+                        "route path {raw:?} has an invalid parameter {part:?}"
+                    ));
+                }
+                segments.push(Segment::Param(name.to_owned()));
+            } else if part.contains(['{', '}']) {
+                return Err(format!(
+                    "route path {raw:?} has an invalid segment {part:?}"
+                ));
+            } else {
+                segments.push(Segment::Literal(part.to_owned()));
+            }
+        }
+        Ok(Self {
+            raw: raw.to_owned(),
+            segments,
+        })
+    }
+
+    /// The path as it was registered.
+    pub(crate) fn as_str(&self) -> &str {
+        &self.raw
+    }
+
+    /// Matches a request path; returns the captured parameters.
+    pub(crate) fn matches(&self, path: &str) -> Option<Vec<(String, String)>> {
+        let mut params = Vec::new();
+        let mut parts = path.split('/').filter(|s| !s.is_empty());
+        for segment in &self.segments {
+            let part = parts.next()?;
+            match segment {
+                Segment::Literal(lit) if lit == part => {}
+                Segment::Literal(_) => return None,
+                Segment::Param(name) => params.push((name.clone(), part.to_owned())),
+            }
+        }
+        if parts.next().is_some() {
+            return None;
+        }
+        Some(params)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn literal_and_params() {
+        let p = PathPattern::parse("/users/{id}/posts").unwrap();
+        assert_eq!(
+            p.matches("/users/7/posts"),
+            Some(vec![("id".to_owned(), "7".to_owned())])
+        );
+        assert_eq!(p.matches("/users/7"), None);
+        assert_eq!(p.matches("/users/7/posts/8"), None);
+        assert_eq!(PathPattern::parse("/").unwrap().matches("/"), Some(vec![]));
+    }
+
+    #[test]
+    fn invalid_paths_are_refused() {
+        assert!(PathPattern::parse("users").is_err());
+        assert!(PathPattern::parse("/a/{}").is_err());
+        assert!(PathPattern::parse("/a/b{c}").is_err());
+    }
+}

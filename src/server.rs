@@ -1,0 +1,215 @@
+//! Serving a [`Router`] over HTTP/1.1 and HTTP/2 with hyper 1, and running
+//! requests in process.
+//!
+//! ```no_run
+//! use suprnova::{HttpResponse, Router};
+//!
+//! # async fn run() -> Result<(), suprnova::server::ServerError> {
+//! let router = Router::new().get("/", |_req| async { HttpResponse::text("hello") });
+//! suprnova::server::serve("127.0.0.1:8080", router).await?; // until ctrl-c
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Every connection runs inside the container that was current when the
+//! server started ([`App::current`]), so a test that scopes its own `App`
+//! around the server sees its own limiters in the requests.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::FutureExt;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::{TcpListener, ToSocketAddrs};
+
+use crate::container::App;
+use crate::http::{BoxError, HttpResponse, Request, TrustedProxies};
+use crate::routing::{RouteError, Router};
+
+/// How long a graceful shutdown waits for open connections to finish.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+/// The server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    /// The router has a registration error; nothing was served.
+    #[error("refusing to serve: {0}")]
+    Router(#[from] RouteError),
+    /// The address could not be bound.
+    #[error("could not listen: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// A bound listener, ready to serve.
+#[derive(Debug)]
+pub struct Server {
+    listener: TcpListener,
+}
+
+/// Binds `addr`. Bind `127.0.0.1:0` for a free port and read it back with
+/// [`Server::local_addr`].
+pub async fn bind(addr: impl ToSocketAddrs) -> Result<Server, ServerError> {
+    Ok(Server {
+        listener: TcpListener::bind(addr).await?,
+    })
+}
+
+/// Binds `addr` and serves `router` until ctrl-c, then shuts down gracefully.
+pub async fn serve(addr: impl ToSocketAddrs, router: Router) -> Result<(), ServerError> {
+    bind(addr).await?.serve(router).await
+}
+
+impl Server {
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
+        Ok(self.listener.local_addr()?)
+    }
+
+    /// Serves until ctrl-c, then shuts down gracefully.
+    pub async fn serve(self, router: Router) -> Result<(), ServerError> {
+        self.serve_with_shutdown(router, async {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                tracing::info!("ctrl-c received; shutting down");
+            }
+        })
+        .await
+    }
+
+    /// Serves until `shutdown` completes, then stops accepting, lets open
+    /// connections finish (up to [`SHUTDOWN_GRACE`]) and returns.
+    ///
+    /// A router with registration errors is refused before anything is
+    /// served.
+    pub async fn serve_with_shutdown(
+        self,
+        router: Router,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ServerError> {
+        router.validate()?;
+        let router = Arc::new(router);
+        let app = App::current();
+        let builder = auto::Builder::new(TokioExecutor::new());
+        let graceful = GracefulShutdown::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            tokio::select! {
+                accepted = self.listener.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(pair) => pair,
+                        Err(error) => {
+                            // Out of file descriptors and the like: back off
+                            // instead of spinning.
+                            tracing::warn!(%error, "accept failed");
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let router = router.clone();
+                    let app = app.clone();
+                    let service = service_fn(move |req: http::Request<Incoming>| {
+                        let router = router.clone();
+                        let app = app.clone();
+                        async move {
+                            let response = app.scope(dispatch(&router, req, Some(peer))).await;
+                            Ok::<_, Infallible>(response.into_http())
+                        }
+                    });
+                    let connection = builder
+                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .into_owned();
+                    let connection = graceful.watch(connection);
+                    tokio::spawn(async move {
+                        if let Err(error) = connection.await {
+                            tracing::debug!(%peer, %error, "connection ended with an error");
+                        }
+                    });
+                }
+                () = &mut shutdown => break,
+            }
+        }
+        drop(self.listener);
+        tokio::select! {
+            () = graceful.shutdown() => {}
+            () = tokio::time::sleep(SHUTDOWN_GRACE) => {
+                tracing::warn!("connections still open after the shutdown grace period");
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs `request` through `router` in process, with no peer address: every
+/// address-based limiter sees a request with no address.
+pub async fn handle_request<B>(router: &Router, request: http::Request<B>) -> HttpResponse
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    dispatch(router, request, None).await
+}
+
+/// Runs `request` through `router` in process as if it came from `peer`.
+/// Use it in your own accept loop, and in tests.
+///
+/// ```
+/// use suprnova::{HttpResponse, Router};
+/// use suprnova::server::handle_request_with_peer;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let router = Router::new().get("/ip", |req: suprnova::Request| async move {
+///     HttpResponse::text(req.ip().unwrap_or_default())
+/// });
+/// let req = http::Request::get("/ip").body(String::new()).unwrap();
+/// let res = handle_request_with_peer(&router, req, "198.51.100.4:4000".parse().unwrap()).await;
+/// assert_eq!(res.body_text(), "198.51.100.4");
+/// # });
+/// ```
+pub async fn handle_request_with_peer<B>(
+    router: &Router,
+    request: http::Request<B>,
+    peer: SocketAddr,
+) -> HttpResponse
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    dispatch(router, request, Some(peer)).await
+}
+
+async fn dispatch<B>(
+    router: &Router,
+    request: http::Request<B>,
+    peer: Option<SocketAddr>,
+) -> HttpResponse
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    let proxies = App::current()
+        .get::<TrustedProxies>()
+        .unwrap_or_else(|| Arc::new(TrustedProxies::none()));
+    let mut request = Request::new(request).with_trusted_proxies(proxies);
+    if let Some(peer) = peer {
+        request = request.with_peer(peer);
+    }
+    match AssertUnwindSafe(router.dispatch(request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(_) => {
+            tracing::error!("a handler or middleware panicked; answering 500");
+            HttpResponse::text("500 Internal Server Error").status(500)
+        }
+    }
+}

@@ -1,0 +1,317 @@
+//! The HTTP core end to end: the router and middleware chain through the
+//! real hyper server on a loopback port, and in process through
+//! `handle_request_with_peer`.
+
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use support::http::TestServer;
+use suprnova::container::App;
+use suprnova::middleware::{register_middleware_alias, register_middleware_alias_with_args};
+use suprnova::server::{handle_request, handle_request_with_peer};
+use suprnova::{HttpResponse, Middleware, Next, Request, Response, Router, async_trait};
+
+/// Refuses every request with 403 unless it carries `x-pass`.
+struct Gate;
+
+#[async_trait]
+impl Middleware for Gate {
+    async fn handle(&self, request: Request, next: Next) -> Response {
+        if request.header("x-pass").is_none() {
+            return Err(HttpResponse::text("gate closed")
+                .status(403)
+                .header("X-Gate", "closed"));
+        }
+        let mut response = next(request).await?;
+        response.set_header("X-Gate", "open");
+        Ok(response)
+    }
+}
+
+/// Appends its tag to `X-Order` on the way out.
+struct Tag(&'static str);
+
+#[async_trait]
+impl Middleware for Tag {
+    async fn handle(&self, request: Request, next: Next) -> Response {
+        let mut response = next(request).await?;
+        let order = response.header_str("x-order").unwrap_or("").to_owned();
+        response.set_header("X-Order", format!("{order}{}", self.0));
+        Ok(response)
+    }
+}
+
+fn counting_router(calls: Arc<AtomicUsize>) -> Router {
+    let handled = calls.clone();
+    Router::new()
+        .get("/guarded", move |_req: Request| {
+            let handled = handled.clone();
+            async move {
+                handled.fetch_add(1, Ordering::SeqCst);
+                HttpResponse::text("inside")
+            }
+        })
+        .middleware(Gate)
+        .get("/users/{id}", |req: Request| async move {
+            HttpResponse::json(serde_json::json!({ "id": req.param("id") }))
+        })
+        .post("/echo", |mut req: Request| async move {
+            match req.body_bytes(16).await {
+                Ok(body) => Ok(HttpResponse::bytes(body)),
+                Err(e) => Err(e.into()),
+            }
+        })
+        .get("/ip", |req: Request| async move {
+            HttpResponse::text(req.ip().unwrap_or_default())
+        })
+        .get("/panic", |_req: Request| async move {
+            if true {
+                panic!("handler bug");
+            }
+            HttpResponse::new()
+        })
+}
+
+fn get(path: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(path).body(Full::default()).unwrap()
+}
+
+#[tokio::test]
+async fn in_process_short_circuit_skips_the_handler() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let router = counting_router(calls.clone());
+    let peer = "192.0.2.1:4000".parse().unwrap();
+
+    let refused = handle_request_with_peer(&router, get("/guarded"), peer).await;
+    assert_eq!(refused.status_code(), 403);
+    assert_eq!(refused.header_str("x-gate"), Some("closed"));
+    assert_eq!(refused.body_text(), "gate closed");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "the handler ran after a short-circuit"
+    );
+
+    let passed = handle_request_with_peer(
+        &router,
+        http::Request::get("/guarded")
+            .header("x-pass", "1")
+            .body(Full::default())
+            .unwrap(),
+        peer,
+    )
+    .await;
+    assert_eq!(passed.status_code(), 200);
+    assert_eq!(passed.header_str("x-gate"), Some("open"));
+    assert_eq!(passed.body_text(), "inside");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn in_process_routing_answers() {
+    let router = counting_router(Arc::new(AtomicUsize::new(0)));
+    let peer = "192.0.2.1:4000".parse().unwrap();
+
+    let user = handle_request_with_peer(&router, get("/users/42"), peer).await;
+    assert_eq!(user.status_code(), 200);
+    assert_eq!(user.body_text(), r#"{"id":"42"}"#);
+
+    let missing = handle_request_with_peer(&router, get("/nope"), peer).await;
+    assert_eq!(missing.status_code(), 404);
+
+    let wrong_method = handle_request_with_peer(
+        &router,
+        http::Request::delete("/users/42")
+            .body(Full::default())
+            .unwrap(),
+        peer,
+    )
+    .await;
+    assert_eq!(wrong_method.status_code(), 405);
+    assert_eq!(wrong_method.header_str("allow"), Some("GET"));
+
+    let ip = handle_request_with_peer(&router, get("/ip"), peer).await;
+    assert_eq!(ip.body_text(), "192.0.2.1");
+    let no_peer = handle_request(&router, get("/ip")).await;
+    assert_eq!(
+        no_peer.body_text(),
+        "",
+        "a request without a peer has no address"
+    );
+
+    let panicked = handle_request_with_peer(&router, get("/panic"), peer).await;
+    assert_eq!(panicked.status_code(), 500);
+}
+
+#[tokio::test]
+async fn in_process_body_cap_gives_413() {
+    let router = counting_router(Arc::new(AtomicUsize::new(0)));
+    let peer = "192.0.2.1:4000".parse().unwrap();
+    let small = handle_request_with_peer(
+        &router,
+        http::Request::post("/echo")
+            .body(Full::new(Bytes::from("hello")))
+            .unwrap(),
+        peer,
+    )
+    .await;
+    assert_eq!(small.status_code(), 200);
+    assert_eq!(small.body_text(), "hello");
+    let large = handle_request_with_peer(
+        &router,
+        http::Request::post("/echo")
+            .body(Full::new(Bytes::from("x".repeat(17))))
+            .unwrap(),
+        peer,
+    )
+    .await;
+    assert_eq!(large.status_code(), 413);
+}
+
+#[tokio::test]
+async fn real_server_runs_the_chain() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let server = TestServer::start(counting_router(calls.clone())).await;
+
+    let refused = server.get("/guarded").await;
+    assert_eq!(refused.status, 403);
+    assert_eq!(refused.header("x-gate"), Some("closed"));
+    assert_eq!(calls.load(Ordering::SeqCst), 0);
+
+    let passed = server
+        .send(
+            http::Request::get(server.url("/guarded"))
+                .header("x-pass", "yes")
+                .body(Full::default())
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(passed.status, 200);
+    assert_eq!(passed.body, "inside");
+    assert_eq!(passed.header("x-gate"), Some("open"));
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+    assert_eq!(server.get("/users/7").await.body, r#"{"id":"7"}"#);
+    assert_eq!(server.get("/ip").await.body, "127.0.0.1");
+    assert_eq!(server.get("/missing").await.status, 404);
+
+    let from_other = server
+        .send_from("127.0.0.2".parse().unwrap(), get(&server.url("/ip")))
+        .await;
+    assert_eq!(from_other.body, "127.0.0.2");
+
+    let echo = server
+        .send(
+            http::Request::post(server.url("/echo"))
+                .body(Full::new(Bytes::from("x".repeat(100))))
+                .unwrap(),
+        )
+        .await;
+    assert_eq!(echo.status, 413);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn middleware_runs_in_the_order_it_was_added() {
+    let router = Router::new()
+        .get("/", |_req: Request| async { HttpResponse::text("x") })
+        .middleware(Tag("first;"))
+        .middleware(Tag("second;"));
+    let r = handle_request(&router, get("/")).await;
+    // The first added runs first (outermost), so it sees the response last.
+    assert_eq!(r.header_str("x-order"), Some("second;first;"));
+}
+
+#[tokio::test]
+async fn routes_after_a_middleware_are_not_wrapped() {
+    let router = Router::new()
+        .get("/a", |_req: Request| async { HttpResponse::text("a") })
+        .middleware(Gate)
+        .get("/b", |_req: Request| async { HttpResponse::text("b") });
+    assert_eq!(handle_request(&router, get("/a")).await.status_code(), 403);
+    assert_eq!(handle_request(&router, get("/b")).await.status_code(), 200);
+}
+
+#[tokio::test]
+async fn aliases_resolve_and_misspellings_fail_registration() {
+    let app = App::new();
+    app.scope(async {
+        register_middleware_alias("gate", Gate);
+        register_middleware_alias_with_args("tag", |args: &[&str]| match args {
+            ["in"] => Ok(Tag("in;")),
+            ["out"] => Ok(Tag("out;")),
+            _ => Err(format!("expected `in` or `out`, got {args:?}")),
+        });
+
+        let ok = Router::new()
+            .get("/", |_req: Request| async { HttpResponse::text("x") })
+            .middleware_named("tag:in");
+        assert!(ok.validate().is_ok());
+        assert_eq!(ok.routes()[0].middleware, vec!["tag:in".to_owned()]);
+        assert_eq!(
+            handle_request(&ok, get("/")).await.header_str("x-order"),
+            Some("in;")
+        );
+
+        let misspelt = Router::new()
+            .get("/", |_req: Request| async { HttpResponse::text("x") })
+            .middleware_named("gaet");
+        let err = misspelt.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("gaet") && err.contains("no middleware alias"),
+            "{err}"
+        );
+
+        let refused = Router::new()
+            .get("/", |_req: Request| async { HttpResponse::text("x") })
+            .try_middleware_named("tag:sideways")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("tag:sideways") && refused.contains("expected `in` or `out`"),
+            "{refused}"
+        );
+
+        let args_on_plain = Router::new()
+            .get("/", |_req: Request| async { HttpResponse::text("x") })
+            .try_middleware_named("gate:1")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            args_on_plain.contains("takes no arguments"),
+            "{args_on_plain}"
+        );
+
+        // A router with a registration error is refused before it serves.
+        let server = suprnova::server::bind("127.0.0.1:0").await.unwrap();
+        let refused_to_serve = server
+            .serve_with_shutdown(misspelt, async {})
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(refused_to_serve.contains("gaet"), "{refused_to_serve}");
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn aliases_of_one_container_are_invisible_to_another() {
+    let first = App::new();
+    first
+        .scope(async { register_middleware_alias("only_in_first", Gate) })
+        .await;
+    let second = App::new();
+    let err = second
+        .scope(async {
+            Router::new()
+                .get("/", |_req: Request| async { HttpResponse::text("x") })
+                .try_middleware_named("only_in_first")
+        })
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("only_in_first"));
+}

@@ -1,0 +1,126 @@
+//! A real server on an ephemeral loopback port, and a client for it.
+
+#![allow(dead_code)]
+
+use std::net::{IpAddr, SocketAddr};
+
+use bytes::Bytes;
+use http::{HeaderMap, Request};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use suprnova::Router;
+use suprnova::container::App;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+/// A server running `router` on `127.0.0.1:<free port>` inside the container
+/// that is current when it starts. Shut down on drop.
+pub struct TestServer {
+    addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<()>>,
+}
+
+/// What the client got back.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HeaderMap,
+    pub body: String,
+}
+
+impl Reply {
+    /// A header as text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+impl TestServer {
+    /// Starts the server and returns once it accepts connections.
+    pub async fn start(router: Router) -> Self {
+        let server = suprnova::server::bind("127.0.0.1:0").await.unwrap();
+        let addr = server.local_addr().unwrap();
+        let (tx, rx) = oneshot::channel::<()>();
+        let app = App::current();
+        let task = tokio::spawn(app.clone().scope(async move {
+            server
+                .serve_with_shutdown(router, async {
+                    let _ = rx.await;
+                })
+                .await
+                .expect("test server failed");
+        }));
+        Self {
+            addr,
+            shutdown: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://127.0.0.1:<port><path>`.
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Sends a GET from 127.0.0.1.
+    pub async fn get(&self, path: &str) -> Reply {
+        self.send(Request::get(self.url(path)).body(Full::default()).unwrap())
+            .await
+    }
+
+    /// Sends a request from 127.0.0.1.
+    pub async fn send(&self, request: Request<Full<Bytes>>) -> Reply {
+        send_from(None, request).await
+    }
+
+    /// Sends a request whose TCP source is `local` (any 127.x.y.z works on
+    /// Linux loopback), so the server sees a different peer.
+    pub async fn send_from(&self, local: IpAddr, request: Request<Full<Bytes>>) -> Reply {
+        send_from(Some(local), request).await
+    }
+
+    /// Stops accepting and waits for the server to finish.
+    pub async fn stop(mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            let _ = task.await;
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.abort();
+        }
+    }
+}
+
+async fn send_from(local: Option<IpAddr>, request: Request<Full<Bytes>>) -> Reply {
+    let mut connector = HttpConnector::new();
+    connector.set_local_address(local);
+    connector.set_nodelay(true);
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
+    let response = client.request(request).await.expect("request failed");
+    let status = response.status().as_u16();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}

@@ -1,0 +1,26 @@
+//! Helpers shared by the integration tests.
+
+#![allow(dead_code)]
+
+pub mod http;
+pub mod redis;
+
+use chrono::{TimeZone, Utc};
+use suprnova::clock::FakeClock;
+
+/// A fake clock frozen at 2026-01-01 `h:m:s` UTC.
+pub fn clock_at(h: u32, m: u32, s: u32) -> FakeClock {
+    FakeClock::at(Utc.with_ymd_and_hms(2026, 1, 1, h, m, s).unwrap())
+}
+
+/// A key prefix no other test uses.
+pub fn unique_prefix(name: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "t{}:{}:{}:",
+        std::process::id(),
+        name,
+        N.fetch_add(1, Ordering::SeqCst)
+    )
+}
