@@ -1,0 +1,449 @@
+//! Booting from the environment: the plan and its exact refusals (no I/O),
+//! and the drivers and proxies it installs into a container of the test's
+//! own.
+
+mod support;
+
+use std::time::Duration;
+
+use suprnova::bootstrap::{BootPlan, DriverChoice};
+use suprnova::config::{ConfigError, Env, Environment};
+
+/// The end of every production refusal: why, and the two ways out.
+const WHY_AND_WAYS_OUT: &str = "Per-process buckets mean every configured quota is multiplied by your replica count and reset by every deploy: behind N replicas a limit of 5 attempts is really 5N, and nothing says so, because the requests succeed. Either point it at Redis with RATE_LIMIT_DRIVER=redis and RATE_LIMIT_REDIS_URL=redis://cache.internal:6379, or, if you genuinely run a single process, set RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=true.";
+
+const URL_FORMS: &str = "for example RATE_LIMIT_REDIS_URL=redis://cache.internal:6379 (rediss:// for TLS; several comma-separated redis:// URLs, or redis+cluster://, for a Redis Cluster)";
+
+fn env(pairs: &[(&str, &str)]) -> Env {
+    Env::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+}
+
+fn plan(pairs: &[(&str, &str)]) -> Result<BootPlan, ConfigError> {
+    BootPlan::from_env(&env(pairs))
+}
+
+fn refusal(pairs: &[(&str, &str)]) -> String {
+    match plan(pairs) {
+        Ok(plan) => panic!("{pairs:?} booted: {plan:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn unset_refusal() -> String {
+    format!(
+        "refusing to boot in production: RATE_LIMIT_DRIVER is unset, which defaults to the in-memory limiter. {WHY_AND_WAYS_OUT}"
+    )
+}
+
+fn memory_refusal() -> String {
+    format!(
+        "refusing to boot in production: RATE_LIMIT_DRIVER=memory selects the in-memory limiter. {WHY_AND_WAYS_OUT}"
+    )
+}
+
+fn unrecognised_refusal(value: &str, hint: &str) -> String {
+    format!(
+        "refusing to boot in production: RATE_LIMIT_DRIVER={value:?} is not a driver{hint}: the drivers are memory and redis, spelled exactly, and an unrecognised value falls back to the in-memory limiter. {WHY_AND_WAYS_OUT}"
+    )
+}
+
+fn fallback_warning(value: &str, hint: &str) -> String {
+    format!(
+        "RATE_LIMIT_DRIVER={value:?} is not a driver{hint}: the drivers are memory and redis, spelled exactly; falling back to the in-memory limiter. Production refuses to boot on this value unless RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=true."
+    )
+}
+
+// ---- the production guard -------------------------------------------------
+
+#[test]
+fn unset_driver_in_production_is_refused_with_the_full_explanation() {
+    assert_eq!(
+        refusal(&[]),
+        unset_refusal(),
+        "APP_ENV unset means production"
+    );
+    assert_eq!(refusal(&[("APP_ENV", "production")]), unset_refusal());
+    assert!(unset_refusal().starts_with(
+        "refusing to boot in production: RATE_LIMIT_DRIVER is unset, which defaults to the in-memory limiter."
+    ));
+}
+
+#[test]
+fn blank_driver_counts_as_unset() {
+    for blank in ["", "   ", "\t"] {
+        assert_eq!(
+            refusal(&[("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", blank)]),
+            unset_refusal(),
+            "{blank:?}"
+        );
+    }
+}
+
+#[test]
+fn memory_in_production_is_refused() {
+    assert_eq!(
+        refusal(&[("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", "memory")]),
+        memory_refusal()
+    );
+}
+
+#[test]
+fn capitalised_redis_in_production_names_the_value() {
+    assert_eq!(
+        refusal(&[
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_DRIVER", "Redis"),
+            ("RATE_LIMIT_REDIS_URL", "redis://cache.internal:6379"),
+        ]),
+        unrecognised_refusal("Redis", " (did you mean redis?)")
+    );
+    assert_eq!(
+        refusal(&[("RATE_LIMIT_DRIVER", "memcached")]),
+        unrecognised_refusal("memcached", "")
+    );
+}
+
+#[test]
+fn the_override_lets_production_run_on_memory() {
+    for driver in [None, Some("memory"), Some("Redis")] {
+        let mut pairs = vec![
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "true"),
+        ];
+        pairs.extend(driver.map(|d| ("RATE_LIMIT_DRIVER", d)));
+        let plan = plan(&pairs).unwrap();
+        assert_eq!(plan.driver, DriverChoice::Memory, "{driver:?}");
+        assert!(plan.allow_memory_in_production);
+    }
+}
+
+#[test]
+fn the_override_must_be_a_boolean() {
+    for (value, allowed) in [("1", true), ("TRUE", true), ("false", false), ("no", false)] {
+        let plan = plan(&[
+            ("APP_ENV", "staging"),
+            ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", value),
+        ])
+        .unwrap();
+        assert_eq!(plan.allow_memory_in_production, allowed, "{value}");
+    }
+    // Refused in every environment, even where it is not needed yet.
+    for app_env in ["production", "local"] {
+        assert_eq!(
+            refusal(&[
+                ("APP_ENV", app_env),
+                ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "ture"),
+            ]),
+            "RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=\"ture\" is invalid: expected true or false"
+        );
+    }
+    assert_eq!(
+        refusal(&[
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "false"),
+        ]),
+        unset_refusal()
+    );
+}
+
+#[test]
+fn staging_and_development_are_not_gated() {
+    for app_env in ["staging", "testing", "local", "development"] {
+        for driver in [None, Some("memory")] {
+            let mut pairs = vec![("APP_ENV", app_env)];
+            pairs.extend(driver.map(|d| ("RATE_LIMIT_DRIVER", d)));
+            let plan = plan(&pairs).unwrap();
+            assert_eq!(plan.driver, DriverChoice::Memory);
+            assert!(
+                plan.warnings.is_empty(),
+                "{app_env} {driver:?}: {:?}",
+                plan.warnings
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unrecognised_value_outside_production_falls_back_to_memory_with_one_warning() {
+    let plan = plan(&[("APP_ENV", "local"), ("RATE_LIMIT_DRIVER", "Redis")]).unwrap();
+    assert_eq!(plan.driver, DriverChoice::Memory);
+    assert_eq!(
+        plan.warnings,
+        vec![fallback_warning("Redis", " (did you mean redis?)")]
+    );
+
+    let plan = staging_plan("in-memory");
+    assert_eq!(plan.warnings, vec![fallback_warning("in-memory", "")]);
+}
+
+fn staging_plan(driver: &str) -> BootPlan {
+    plan(&[("APP_ENV", "staging"), ("RATE_LIMIT_DRIVER", driver)]).unwrap()
+}
+
+#[test]
+fn an_unknown_app_env_is_refused() {
+    assert_eq!(
+        refusal(&[("APP_ENV", "prod"), ("RATE_LIMIT_DRIVER", "redis")]),
+        "APP_ENV=\"prod\" is invalid: expected one of production, staging, testing, local or development"
+    );
+}
+
+/// Every environment x every driver value x the override, against the rule:
+/// `redis` is Redis everywhere; in production anything else is refused
+/// unless the override is `true`; elsewhere it is memory, with one warning
+/// for an unrecognised value.
+#[test]
+fn every_environment_driver_and_override() {
+    let environments = [
+        (None, Environment::Production),
+        (Some("production"), Environment::Production),
+        (Some("staging"), Environment::Staging),
+        (Some("testing"), Environment::Testing),
+        (Some("local"), Environment::Local),
+        (Some("development"), Environment::Development),
+    ];
+    let drivers = [
+        None,
+        Some(""),
+        Some("memory"),
+        Some("redis"),
+        Some("Redis"),
+        Some("file"),
+    ];
+    let overrides = [None, Some("true"), Some("false")];
+    let mut checked = 0;
+    for (app_env, environment) in environments {
+        for driver in drivers {
+            for allow in overrides {
+                let mut pairs = vec![("RATE_LIMIT_REDIS_URL", "redis://127.0.0.1:1")];
+                pairs.extend(app_env.map(|v| ("APP_ENV", v)));
+                pairs.extend(driver.map(|v| ("RATE_LIMIT_DRIVER", v)));
+                pairs.extend(allow.map(|v| ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", v)));
+                let case = format!("{pairs:?}");
+                let got = plan(&pairs);
+                let gated = environment.is_production() && allow != Some("true");
+                match driver {
+                    Some("redis") => {
+                        let plan = got.expect(&case);
+                        assert_eq!(plan.driver.name(), "redis", "{case}");
+                        assert!(plan.warnings.is_empty(), "{case}");
+                    }
+                    _ if gated => {
+                        let expected = match driver {
+                            None | Some("") => unset_refusal(),
+                            Some("memory") => memory_refusal(),
+                            Some("Redis") => {
+                                unrecognised_refusal("Redis", " (did you mean redis?)")
+                            }
+                            Some(other) => unrecognised_refusal(other, ""),
+                        };
+                        assert_eq!(got.unwrap_err().to_string(), expected, "{case}");
+                    }
+                    _ => {
+                        let plan = got.expect(&case);
+                        assert_eq!(plan.environment, environment, "{case}");
+                        assert_eq!(plan.driver, DriverChoice::Memory, "{case}");
+                        let warnings = match driver {
+                            Some("Redis") => {
+                                vec![fallback_warning("Redis", " (did you mean redis?)")]
+                            }
+                            Some("file") => vec![fallback_warning("file", "")],
+                            _ => vec![],
+                        };
+                        assert_eq!(plan.warnings, warnings, "{case}");
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 6 * 6 * 3);
+}
+
+// ---- Redis settings -------------------------------------------------------
+
+#[test]
+fn redis_without_a_url_is_refused_in_every_environment() {
+    for app_env in ["production", "staging", "testing", "local", "development"] {
+        for url in [None, Some(""), Some("  ")] {
+            let mut pairs = vec![("APP_ENV", app_env), ("RATE_LIMIT_DRIVER", "redis")];
+            pairs.extend(url.map(|u| ("RATE_LIMIT_REDIS_URL", u)));
+            assert_eq!(
+                refusal(&pairs),
+                format!(
+                    "RATE_LIMIT_REDIS_URL is unset: RATE_LIMIT_DRIVER=redis needs the address of Redis, {URL_FORMS}"
+                ),
+                "{app_env} {url:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_malformed_redis_url_is_refused_naming_the_variable_and_value() {
+    for app_env in ["production", "local"] {
+        assert_eq!(
+            refusal(&[
+                ("APP_ENV", app_env),
+                ("RATE_LIMIT_DRIVER", "redis"),
+                ("RATE_LIMIT_REDIS_URL", "cache.internal:6379"),
+            ]),
+            format!(
+                "RATE_LIMIT_REDIS_URL=\"cache.internal:6379\" is invalid: the scheme must be redis://, rediss://, redis+cluster:// or rediss+cluster://; {URL_FORMS}"
+            )
+        );
+    }
+    for bad in [
+        "http://cache:6379",
+        "redis://",
+        "redis://cache:port",
+        "redis://a:1,b:2",
+    ] {
+        let err = refusal(&[
+            ("RATE_LIMIT_DRIVER", "redis"),
+            ("RATE_LIMIT_REDIS_URL", bad),
+        ]);
+        assert!(
+            err.starts_with(&format!("RATE_LIMIT_REDIS_URL={bad:?} is invalid: ")),
+            "{err}"
+        );
+        assert!(err.ends_with(URL_FORMS), "{err}");
+    }
+}
+
+#[test]
+fn a_refused_redis_url_never_shows_its_password() {
+    let err = refusal(&[
+        ("RATE_LIMIT_DRIVER", "redis"),
+        (
+            "RATE_LIMIT_REDIS_URL",
+            "redis://app:s3cret@a:7000,http://app:s3cret@b:7000",
+        ),
+    ]);
+    assert!(!err.contains("s3cret"), "{err}");
+    assert!(
+        err.starts_with(
+            "RATE_LIMIT_REDIS_URL=\"redis://***@a:7000,http://***@b:7000\" is invalid: \"http://***@b:7000\": the scheme must be"
+        ),
+        "{err}"
+    );
+}
+
+fn redis_plan(extra: &[(&str, &str)]) -> suprnova::bootstrap::RedisPlan {
+    let mut pairs = vec![("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", "redis")];
+    pairs.extend_from_slice(extra);
+    match plan(&pairs).unwrap().driver {
+        DriverChoice::Redis(redis) => redis,
+        other => panic!("expected redis, got {other:?}"),
+    }
+}
+
+#[test]
+fn redis_url_forms() {
+    let one = redis_plan(&[("RATE_LIMIT_REDIS_URL", "redis://cache.internal:6379/2")]);
+    assert!(!one.config.is_cluster());
+    assert_eq!(one.config.nodes(), ["redis://cache.internal:6379/2"]);
+
+    let tls = redis_plan(&[(
+        "RATE_LIMIT_REDIS_URL",
+        "rediss://app:pw@cache.internal:6380",
+    )]);
+    assert!(tls.config.uses_tls());
+    assert_eq!(tls.config.redacted(), "rediss://***@cache.internal:6380");
+
+    let list = redis_plan(&[(
+        "RATE_LIMIT_REDIS_URL",
+        "redis://10.0.0.1:7000, redis://10.0.0.2:7000,redis://10.0.0.3:7000",
+    )]);
+    assert!(list.config.is_cluster());
+    assert_eq!(list.config.nodes().len(), 3);
+
+    let seed = redis_plan(&[("RATE_LIMIT_REDIS_URL", "redis+cluster://10.0.0.1:7000")]);
+    assert!(seed.config.is_cluster());
+    assert_eq!(seed.config.nodes(), ["redis://10.0.0.1:7000"]);
+}
+
+#[test]
+fn redis_timeouts_and_prefix() {
+    let defaults = redis_plan(&[("RATE_LIMIT_REDIS_URL", "redis://c:6379")]);
+    assert_eq!(defaults.config.connect_timeout, Duration::from_secs(1));
+    assert_eq!(defaults.config.response_timeout, Duration::from_secs(1));
+    assert_eq!(defaults.prefix, None);
+
+    let set = redis_plan(&[
+        ("RATE_LIMIT_REDIS_URL", "redis://c:6379"),
+        ("RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS", "250"),
+        ("RATE_LIMIT_REDIS_TIMEOUT_MS", " 75 "),
+        ("RATE_LIMIT_REDIS_PREFIX", "shop:"),
+    ]);
+    assert_eq!(set.config.connect_timeout, Duration::from_millis(250));
+    assert_eq!(set.config.response_timeout, Duration::from_millis(75));
+    assert_eq!(set.prefix.as_deref(), Some("shop:"));
+}
+
+#[test]
+fn redis_timeouts_must_be_positive_milliseconds() {
+    for variable in [
+        "RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS",
+        "RATE_LIMIT_REDIS_TIMEOUT_MS",
+    ] {
+        for bad in ["0", "-5", "1s", "250ms", "1.5", "lots"] {
+            assert_eq!(
+                refusal(&[
+                    ("RATE_LIMIT_DRIVER", "redis"),
+                    ("RATE_LIMIT_REDIS_URL", "redis://c:6379"),
+                    (variable, bad),
+                ]),
+                format!(
+                    "{variable}={bad:?} is invalid: expected a whole number of milliseconds above 0, such as 250"
+                )
+            );
+        }
+    }
+}
+
+// ---- trusted proxies ------------------------------------------------------
+
+fn staging_with_proxies(value: &str) -> Result<BootPlan, ConfigError> {
+    plan(&[("APP_ENV", "staging"), ("APP_TRUSTED_PROXIES", value)])
+}
+
+#[test]
+fn trusted_proxies_are_read_with_spaces_around_entries() {
+    let plan = staging_with_proxies(" 10.0.0.5 , 173.245.48.0/20,2400:cb00::/32 ").unwrap();
+    assert_eq!(
+        plan.trusted_proxies.to_string(),
+        "10.0.0.5,173.245.48.0/20,2400:cb00::/32"
+    );
+    assert!(
+        plan.trusted_proxies
+            .contains("173.245.63.255".parse().unwrap())
+    );
+    assert!(staging_plan("memory").trusted_proxies.is_empty());
+}
+
+#[test]
+fn a_range_of_every_address_is_refused_naming_the_entry() {
+    for entry in ["0.0.0.0/0", "::/0", "::ffff:0:0/96"] {
+        let value = format!("10.0.0.5, {entry}");
+        assert_eq!(
+            staging_with_proxies(&value).unwrap_err().to_string(),
+            format!(
+                "APP_TRUSTED_PROXIES={value:?} is invalid: {entry:?} covers every address, so every client would be a trusted proxy and choose the address it is limited by; list only the addresses and ranges of your proxies"
+            )
+        );
+    }
+}
+
+#[test]
+fn a_junk_proxy_entry_is_refused_naming_the_entry() {
+    for entry in ["nginx", "10.0.0.300", "10.0.0.0/33", "10.0.0.5:80", "*"] {
+        let value = format!("10.0.0.5,{entry}");
+        assert_eq!(
+            staging_with_proxies(&value).unwrap_err().to_string(),
+            format!(
+                "APP_TRUSTED_PROXIES={value:?} is invalid: {entry:?} is neither an IP address nor a CIDR range (such as 10.0.0.5 or 10.0.0.0/8)"
+            )
+        );
+    }
+}
