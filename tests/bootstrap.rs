@@ -447,3 +447,35 @@ fn a_junk_proxy_entry_is_refused_naming_the_entry() {
         );
     }
 }
+
+// ---- .env.example -----------------------------------------------------------
+
+#[test]
+fn env_example_lists_every_variable_and_boots_as_written() {
+    use suprnova::bootstrap::variables::*;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/.env.example");
+    let pairs: Vec<(String, String)> = dotenvy::from_path_iter(path)
+        .unwrap()
+        .map(|item| item.unwrap())
+        .collect();
+    let names: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
+    for variable in [
+        "APP_ENV",
+        "APP_TRUSTED_PROXIES",
+        RATE_LIMIT_DRIVER,
+        RATE_LIMIT_REDIS_URL,
+        RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS,
+        RATE_LIMIT_REDIS_TIMEOUT_MS,
+        RATE_LIMIT_REDIS_PREFIX,
+        RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION,
+    ] {
+        assert!(
+            names.contains(&variable),
+            "{variable} is missing from .env.example"
+        );
+    }
+    let plan = BootPlan::from_env(&Env::from_pairs(pairs)).unwrap();
+    assert_eq!(plan.environment, Environment::Local);
+    assert_eq!(plan.driver, DriverChoice::Memory);
+    assert!(plan.warnings.is_empty());
+}
