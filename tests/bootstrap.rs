@@ -4,10 +4,18 @@
 
 mod support;
 
+use std::net::IpAddr;
 use std::time::Duration;
 
-use suprnova::bootstrap::{BootPlan, DriverChoice};
+use bytes::Bytes;
+use http_body_util::Full;
+use support::http::TestServer;
+use suprnova::bootstrap::{BootPlan, DriverChoice, bootstrap};
 use suprnova::config::{ConfigError, Env, Environment};
+use suprnova::container::App;
+use suprnova::http::TrustedProxies;
+use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
+use suprnova::{HttpResponse, Request, Router};
 
 /// The end of every production refusal: why, and the two ways out.
 const WHY_AND_WAYS_OUT: &str = "Per-process buckets mean every configured quota is multiplied by your replica count and reset by every deploy: behind N replicas a limit of 5 attempts is really 5N, and nothing says so, because the requests succeed. Either point it at Redis with RATE_LIMIT_DRIVER=redis and RATE_LIMIT_REDIS_URL=redis://cache.internal:6379, or, if you genuinely run a single process, set RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=true.";
@@ -478,4 +486,126 @@ fn env_example_lists_every_variable_and_boots_as_written() {
     assert_eq!(plan.environment, Environment::Local);
     assert_eq!(plan.driver, DriverChoice::Memory);
     assert!(plan.warnings.is_empty());
+}
+
+// ---- installing -----------------------------------------------------------
+
+/// Boots `pairs` into a container of the test's own.
+async fn boot(pairs: &[(&str, &str)]) -> (App, Result<suprnova::bootstrap::BootSummary, String>) {
+    let app = App::new();
+    let result = app
+        .scope(bootstrap(&env(pairs)))
+        .await
+        .map_err(|e| e.to_string());
+    (app, result)
+}
+
+fn installed_driver(app: &App) -> std::sync::Arc<dyn RateLimiterDriver> {
+    app.get::<dyn RateLimiterDriver>()
+        .expect("no driver installed")
+}
+
+#[tokio::test]
+async fn memory_and_proxies_are_installed_into_the_current_container() {
+    let (app, summary) = boot(&[
+        ("APP_ENV", "staging"),
+        ("APP_TRUSTED_PROXIES", "10.0.0.0/8, 2400:cb00::/32"),
+    ])
+    .await;
+    let summary = summary.unwrap();
+    assert_eq!(
+        summary.to_string(),
+        "environment=staging driver=memory trusted_proxies=10.0.0.0/8,2400:cb00::/32"
+    );
+    assert_eq!(summary.driver, "memory");
+    assert_eq!(summary.redis, None);
+
+    let driver = installed_driver(&app);
+    assert_eq!(driver.name(), "memory");
+    let cfg = SlidingWindowConfig::new(2, Duration::from_secs(60));
+    let admitted: Vec<bool> = [
+        driver.try_acquire("k", &cfg).await.unwrap(),
+        driver.try_acquire("k", &cfg).await.unwrap(),
+        driver.try_acquire("k", &cfg).await.unwrap(),
+    ]
+    .to_vec();
+    assert_eq!(admitted, [true, true, false]);
+
+    let proxies = app.get::<TrustedProxies>().expect("no proxies installed");
+    assert_eq!(proxies.to_string(), "10.0.0.0/8,2400:cb00::/32");
+}
+
+#[tokio::test]
+async fn the_override_installs_memory_in_production() {
+    let (app, summary) = boot(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "memory"),
+        ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "true"),
+    ])
+    .await;
+    assert_eq!(
+        summary.unwrap().to_string(),
+        "environment=production driver=memory trusted_proxies=none"
+    );
+    assert_eq!(installed_driver(&app).name(), "memory");
+}
+
+#[tokio::test]
+async fn an_unrecognised_value_outside_production_installs_memory_and_reports_the_warning() {
+    let (app, summary) = boot(&[("APP_ENV", "development"), ("RATE_LIMIT_DRIVER", "Redis")]).await;
+    let summary = summary.unwrap();
+    assert_eq!(
+        summary.warnings,
+        vec![fallback_warning("Redis", " (did you mean redis?)")]
+    );
+    assert_eq!(
+        summary.to_string(),
+        "environment=development driver=memory trusted_proxies=none warnings=1"
+    );
+    assert_eq!(installed_driver(&app).name(), "memory");
+}
+
+#[tokio::test]
+async fn a_refused_boot_installs_nothing() {
+    for pairs in [
+        vec![],
+        vec![("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", "Redis")],
+        vec![("APP_ENV", "local"), ("APP_TRUSTED_PROXIES", "0.0.0.0/0")],
+        vec![("APP_ENV", "local"), ("RATE_LIMIT_DRIVER", "redis")],
+    ] {
+        let (app, result) = boot(&pairs).await;
+        assert!(result.is_err(), "{pairs:?} booted");
+        assert!(app.get::<dyn RateLimiterDriver>().is_none(), "{pairs:?}");
+        assert!(app.get::<TrustedProxies>().is_none(), "{pairs:?}");
+    }
+    let (_, result) = boot(&[]).await;
+    assert_eq!(result.unwrap_err(), unset_refusal());
+}
+
+#[tokio::test]
+async fn installed_proxies_decide_the_client_address_through_the_server() {
+    let app = App::new();
+    app.scope(async {
+        bootstrap(&env(&[
+            ("APP_ENV", "testing"),
+            ("APP_TRUSTED_PROXIES", "127.0.0.2"),
+        ]))
+        .await
+        .unwrap();
+        let router = Router::new().get("/ip", |req: Request| async move {
+            HttpResponse::text(req.ip().unwrap_or_default())
+        });
+        let server = TestServer::start(router).await;
+        let from = |ip: &str, xff: &str| {
+            let request = http::Request::get(server.url("/ip"))
+                .header("x-forwarded-for", xff)
+                .body(Full::<Bytes>::default())
+                .unwrap();
+            server.send_from(ip.parse::<IpAddr>().unwrap(), request)
+        };
+        assert_eq!(from("127.0.0.2", "198.51.100.7").await.body, "198.51.100.7");
+        assert_eq!(from("127.0.0.3", "198.51.100.7").await.body, "127.0.0.3");
+        server.stop().await;
+    })
+    .await;
 }

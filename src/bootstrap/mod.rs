@@ -25,6 +25,7 @@
 mod choice;
 mod error;
 mod guard;
+mod install;
 mod plan;
 #[cfg(feature = "redis")]
 mod redis_settings;
@@ -33,6 +34,7 @@ pub mod variables;
 
 pub use choice::DriverChoice;
 pub use error::BootError;
+pub use install::{bootstrap, bootstrap_from_env};
 pub use plan::BootPlan;
 #[cfg(feature = "redis")]
 pub use redis_settings::RedisPlan;
