@@ -5,11 +5,12 @@
 mod support;
 
 use std::net::IpAddr;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use support::http::TestServer;
+use support::redis::{RedisCluster, RedisServer};
 use suprnova::bootstrap::{BootPlan, DriverChoice, bootstrap};
 use suprnova::config::{ConfigError, Env, Environment};
 use suprnova::container::App;
@@ -194,78 +195,6 @@ fn an_unknown_app_env_is_refused() {
         refusal(&[("APP_ENV", "prod"), ("RATE_LIMIT_DRIVER", "redis")]),
         "APP_ENV=\"prod\" is invalid: expected one of production, staging, testing, local or development"
     );
-}
-
-/// Every environment x every driver value x the override, against the rule:
-/// `redis` is Redis everywhere; in production anything else is refused
-/// unless the override is `true`; elsewhere it is memory, with one warning
-/// for an unrecognised value.
-#[test]
-fn every_environment_driver_and_override() {
-    let environments = [
-        (None, Environment::Production),
-        (Some("production"), Environment::Production),
-        (Some("staging"), Environment::Staging),
-        (Some("testing"), Environment::Testing),
-        (Some("local"), Environment::Local),
-        (Some("development"), Environment::Development),
-    ];
-    let drivers = [
-        None,
-        Some(""),
-        Some("memory"),
-        Some("redis"),
-        Some("Redis"),
-        Some("file"),
-    ];
-    let overrides = [None, Some("true"), Some("false")];
-    let mut checked = 0;
-    for (app_env, environment) in environments {
-        for driver in drivers {
-            for allow in overrides {
-                let mut pairs = vec![("RATE_LIMIT_REDIS_URL", "redis://127.0.0.1:1")];
-                pairs.extend(app_env.map(|v| ("APP_ENV", v)));
-                pairs.extend(driver.map(|v| ("RATE_LIMIT_DRIVER", v)));
-                pairs.extend(allow.map(|v| ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", v)));
-                let case = format!("{pairs:?}");
-                let got = plan(&pairs);
-                let gated = environment.is_production() && allow != Some("true");
-                match driver {
-                    Some("redis") => {
-                        let plan = got.expect(&case);
-                        assert_eq!(plan.driver.name(), "redis", "{case}");
-                        assert!(plan.warnings.is_empty(), "{case}");
-                    }
-                    _ if gated => {
-                        let expected = match driver {
-                            None | Some("") => unset_refusal(),
-                            Some("memory") => memory_refusal(),
-                            Some("Redis") => {
-                                unrecognised_refusal("Redis", " (did you mean redis?)")
-                            }
-                            Some(other) => unrecognised_refusal(other, ""),
-                        };
-                        assert_eq!(got.unwrap_err().to_string(), expected, "{case}");
-                    }
-                    _ => {
-                        let plan = got.expect(&case);
-                        assert_eq!(plan.environment, environment, "{case}");
-                        assert_eq!(plan.driver, DriverChoice::Memory, "{case}");
-                        let warnings = match driver {
-                            Some("Redis") => {
-                                vec![fallback_warning("Redis", " (did you mean redis?)")]
-                            }
-                            Some("file") => vec![fallback_warning("file", "")],
-                            _ => vec![],
-                        };
-                        assert_eq!(plan.warnings, warnings, "{case}");
-                    }
-                }
-                checked += 1;
-            }
-        }
-    }
-    assert_eq!(checked, 6 * 6 * 3);
 }
 
 // ---- Redis settings -------------------------------------------------------
@@ -608,4 +537,201 @@ async fn installed_proxies_decide_the_client_address_through_the_server() {
         server.stop().await;
     })
     .await;
+}
+
+/// Every environment x every driver value x the override, booted into a
+/// container of its own against a live Redis, checked against the rule:
+/// `redis` installs Redis everywhere; in production anything else is refused
+/// (and nothing is installed) unless the override is `true`; elsewhere it
+/// installs memory, with one warning for an unrecognised value.
+#[tokio::test]
+async fn every_environment_driver_and_override_installs_the_right_driver() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let environments = [
+        (None, Environment::Production),
+        (Some("production"), Environment::Production),
+        (Some("staging"), Environment::Staging),
+        (Some("testing"), Environment::Testing),
+        (Some("local"), Environment::Local),
+        (Some("development"), Environment::Development),
+    ];
+    let drivers = [
+        None,
+        Some(""),
+        Some("memory"),
+        Some("redis"),
+        Some("Redis"),
+        Some("file"),
+    ];
+    let overrides = [None, Some("true"), Some("false")];
+    let mut checked = 0;
+    for (app_env, environment) in environments {
+        for driver in drivers {
+            for allow in overrides {
+                let mut pairs = vec![("RATE_LIMIT_REDIS_URL", url.as_str())];
+                pairs.extend(app_env.map(|v| ("APP_ENV", v)));
+                pairs.extend(driver.map(|v| ("RATE_LIMIT_DRIVER", v)));
+                pairs.extend(allow.map(|v| ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", v)));
+                let case = format!("{pairs:?}");
+                let (app, got) = boot(&pairs).await;
+                let gated = environment.is_production() && allow != Some("true");
+                match driver {
+                    Some("redis") => {
+                        let summary = got.expect(&case);
+                        assert_eq!(summary.redis_answered, Some(true), "{case}");
+                        assert!(summary.warnings.is_empty(), "{case}");
+                        assert_eq!(installed_driver(&app).name(), "redis", "{case}");
+                    }
+                    _ if gated => {
+                        let expected = match driver {
+                            None | Some("") => unset_refusal(),
+                            Some("memory") => memory_refusal(),
+                            Some("Redis") => {
+                                unrecognised_refusal("Redis", " (did you mean redis?)")
+                            }
+                            Some(other) => unrecognised_refusal(other, ""),
+                        };
+                        assert_eq!(got.unwrap_err(), expected, "{case}");
+                        assert!(app.get::<dyn RateLimiterDriver>().is_none(), "{case}");
+                    }
+                    _ => {
+                        let summary = got.expect(&case);
+                        assert_eq!(summary.environment, environment, "{case}");
+                        let warnings = match driver {
+                            Some("Redis") => {
+                                vec![fallback_warning("Redis", " (did you mean redis?)")]
+                            }
+                            Some("file") => vec![fallback_warning("file", "")],
+                            _ => vec![],
+                        };
+                        assert_eq!(summary.warnings, warnings, "{case}");
+                        assert_eq!(installed_driver(&app).name(), "memory", "{case}");
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 6 * 6 * 3);
+}
+
+#[tokio::test]
+async fn redis_is_installed_with_its_prefix_against_a_live_server() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let prefix = support::unique_prefix("boot");
+    let (app, summary) = boot(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", &url),
+        ("RATE_LIMIT_REDIS_PREFIX", &prefix),
+        ("APP_TRUSTED_PROXIES", "10.0.0.5"),
+    ])
+    .await;
+    assert_eq!(
+        summary.unwrap().to_string(),
+        format!(
+            "environment=production driver=redis redis={url} (answering) trusted_proxies=10.0.0.5"
+        )
+    );
+    let driver = installed_driver(&app);
+    assert_eq!(driver.name(), "redis");
+    let cfg = SlidingWindowConfig::new(2, Duration::from_secs(2));
+    let mut admitted = Vec::new();
+    for _ in 0..3 {
+        admitted.push(driver.try_acquire("login:203.0.113.7", &cfg).await.unwrap());
+    }
+    assert_eq!(admitted, [true, true, false]);
+    let keys = server.command("KEYS *");
+    assert!(
+        keys.contains(&format!("{prefix}login:203.0.113.7")),
+        "{keys}"
+    );
+}
+
+#[tokio::test]
+async fn a_redis_that_does_not_answer_yet_does_not_stop_boot() {
+    let mut server = RedisServer::start();
+    server.stop();
+    let url = server.url();
+    let started = Instant::now();
+    let (app, summary) = boot(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", &url),
+        ("RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS", "200"),
+        ("RATE_LIMIT_REDIS_TIMEOUT_MS", "200"),
+    ])
+    .await;
+    let summary = summary.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(summary.redis_answered, Some(false));
+    assert_eq!(
+        summary.to_string(),
+        format!(
+            "environment=production driver=redis redis={url} (not answering yet) trusted_proxies=none"
+        )
+    );
+
+    // Until Redis answers, the driver reports a backend error, which the
+    // middleware's backend-error policy turns into a response.
+    let driver = installed_driver(&app);
+    assert_eq!(driver.name(), "redis");
+    let cfg = SlidingWindowConfig::new(5, Duration::from_secs(2));
+    let err = driver.try_acquire("k", &cfg).await.unwrap_err();
+    assert!(err.is_backend(), "{err}");
+
+    // Once Redis is up, the same installed driver decides again.
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut answered = None;
+    while Instant::now() < deadline {
+        if let Ok(allowed) = driver.try_acquire("k", &cfg).await {
+            answered = Some(allowed);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answered, Some(true), "the driver never reconnected");
+}
+
+#[tokio::test]
+async fn a_cluster_url_installs_redis_on_the_cluster() {
+    let cluster = RedisCluster::start(3);
+    for url in [
+        cluster.url(),
+        format!("redis+cluster://127.0.0.1:{}", cluster.ports()[0]),
+    ] {
+        let (app, summary) = boot(&[
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_DRIVER", "redis"),
+            ("RATE_LIMIT_REDIS_URL", &url),
+        ])
+        .await;
+        let summary = summary.unwrap();
+        assert_eq!(summary.redis_answered, Some(true), "{url}");
+        assert!(
+            summary
+                .redis
+                .unwrap()
+                .starts_with("cluster redis://127.0.0.1:")
+        );
+        let driver = installed_driver(&app);
+        let cfg = SlidingWindowConfig::new(1, Duration::from_secs(2));
+        // Keys spread over the slots of every node.
+        let prefix = support::unique_prefix("cluster");
+        for key in ["a", "b", "c", "d", "e", "f"] {
+            let key = format!("{prefix}{key}");
+            assert!(driver.try_acquire(&key, &cfg).await.unwrap(), "{url} {key}");
+            assert!(
+                !driver.try_acquire(&key, &cfg).await.unwrap(),
+                "{url} {key}"
+            );
+        }
+    }
 }

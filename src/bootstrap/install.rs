@@ -65,6 +65,7 @@ mod redis {
 
     use super::super::{BootError, RedisPlan};
     use crate::rate_limit::RateLimiterDriver;
+    use crate::rate_limit::redis::RedisRateLimiter;
     use crate::redis_client::RedisConnection;
 
     /// The Redis driver over a lazy connection, and whether Redis answered a
@@ -86,22 +87,11 @@ mod redis {
                 false
             }
         };
-        Ok((redis_driver(connection, plan.prefix.as_deref())?, answered))
-    }
-
-    /// INSTALL POINT OF THE REDIS DRIVER:
-    /// `RedisRateLimiter::new(connection)`, with `.with_prefix(prefix)` when a
-    /// prefix is set. Until that driver is part of the crate, `redis` refuses
-    /// to boot rather than run on something else.
-    fn redis_driver(
-        connection: RedisConnection,
-        prefix: Option<&str>,
-    ) -> Result<Arc<dyn RateLimiterDriver>, BootError> {
-        let _ = (connection, prefix);
-        Err(BootError::Config(crate::config::ConfigError::Refused(
-            "RATE_LIMIT_DRIVER=redis: this build of suprnova has no Redis rate limiter yet"
-                .to_owned(),
-        )))
+        let mut driver = RedisRateLimiter::new(connection);
+        if let Some(prefix) = &plan.prefix {
+            driver = driver.with_prefix(prefix.clone());
+        }
+        Ok((Arc::new(driver), answered))
     }
 }
 

@@ -15,7 +15,8 @@ pub struct RedisPlan {
     /// The node URL(s), whether it is a cluster, and the timeouts.
     pub config: RedisConfig,
     /// The key prefix `RATE_LIMIT_REDIS_PREFIX` sets; `None` keeps the
-    /// driver's own.
+    /// driver's own,
+    /// [`RedisRateLimiter::DEFAULT_PREFIX`](crate::rate_limit::redis::RedisRateLimiter::DEFAULT_PREFIX).
     pub prefix: Option<String>,
 }
 
