@@ -735,3 +735,40 @@ async fn a_cluster_url_installs_redis_on_the_cluster() {
         }
     }
 }
+
+/// Collects what a `fmt` subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_fallback_outside_production_logs_one_warning_naming_the_value() {
+    use tracing::instrument::WithSubscriber;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .finish();
+    let (_, summary) = boot(&[("APP_ENV", "local"), ("RATE_LIMIT_DRIVER", "Redis")])
+        .with_subscriber(subscriber)
+        .await;
+    assert_eq!(summary.unwrap().driver, "memory");
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains(&fallback_warning("Redis", " (did you mean redis?)")),
+        "{log}"
+    );
+}
