@@ -38,3 +38,13 @@ pub use chrono;
 pub use crate::http::{HttpResponse, Request, Response};
 pub use crate::middleware::{Middleware, Next};
 pub use crate::routing::Router;
+
+/// The guides under `docs/` and the README, compiled as doc tests so that
+/// every Rust example in them keeps building.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/deployment.md")]
+    struct Deployment;
+}
