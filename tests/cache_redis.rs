@@ -4,6 +4,7 @@
 //! under concurrency.
 #![cfg(feature = "redis")]
 
+mod limiter_concurrency;
 mod store_conformance;
 mod support;
 
@@ -323,61 +324,18 @@ async fn the_fixed_window_admits_nine_in_two_tenths_of_a_second_around_its_bound
     );
 }
 
-/// How the 20 clients decide, each with its own connection.
-#[derive(Clone, Copy, Debug)]
-enum Decide {
-    IncrementThenCompare,
-    HitAndCheck,
-    IncrementIfBelow,
-}
-
-async fn admitted_by_twenty_clients(url: &str, key: &str, decide: Decide) -> usize {
-    let clients: Vec<_> = (0..20)
-        .map(|_| {
-            // A connection each, as 20 separate processes would have.
-            let limiter =
-                CacheRateLimiter::new(Arc::new(RedisStore::new(connect(url))), clock::system());
-            let key = key.to_owned();
-            tokio::spawn(async move {
-                let mut admitted = 0;
-                for _ in 0..50 {
-                    let ok = match decide {
-                        Decide::IncrementThenCompare => {
-                            limiter.increment(&key, 60, 1).await.unwrap() <= 100
-                        }
-                        Decide::HitAndCheck => !limiter.hit_and_check(&key, 100, 60).await.unwrap(),
-                        Decide::IncrementIfBelow => {
-                            limiter
-                                .increment_if_below(&key, 60, 1, 100)
-                                .await
-                                .unwrap()
-                                .counted
-                        }
-                    };
-                    admitted += usize::from(ok);
-                }
-                admitted
-            })
-        })
-        .collect();
-    let mut total = 0;
-    for client in clients {
-        total += client.await.unwrap();
-    }
-    total
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_connections_admit_exactly_the_limit() {
     let server = RedisServer::start();
-    for decide in [
-        Decide::IncrementThenCompare,
-        Decide::HitAndCheck,
-        Decide::IncrementIfBelow,
-    ] {
+    // A connection for each client, as 20 separate processes would have.
+    let client = || {
+        let store = RedisStore::new(connect(&server.url()));
+        Arc::new(CacheRateLimiter::new(Arc::new(store), clock::system()))
+    };
+    for decide in limiter_concurrency::EVERY_WAY {
         for run in 0..3 {
             let key = format!("{}{decide:?}", unique_prefix("concurrency"));
-            let admitted = admitted_by_twenty_clients(&server.url(), &key, decide).await;
+            let admitted = limiter_concurrency::admitted(client, &key, decide).await;
             assert_eq!(admitted, 100, "{decide:?}, run {run}");
         }
     }
