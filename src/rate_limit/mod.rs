@@ -10,6 +10,10 @@ mod driver;
 mod error;
 mod policy;
 
+pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
+
 pub use config::SlidingWindowConfig;
 pub use driver::RateLimiterDriver;
 pub use error::RateLimitError;
