@@ -83,10 +83,13 @@ impl MemoryStore {
     pub fn with_clock(clock: SharedClock) -> Self {
         let threads = std::thread::available_parallelism().map_or(1, usize::from);
         let count = (threads * 4).next_power_of_two().max(16);
-        let hasher = RandomState::default();
+        // The maps get hashers of their own, seeded apart from the one that
+        // picks the shard: with one seed, the keys of a shard would share
+        // the hash bits the map indexes by, and crowd into a few slots.
         let shards = (0..count)
-            .map(|_| Mutex::new(HashMap::with_hasher(hasher.clone())))
+            .map(|_| Mutex::new(HashMap::with_hasher(RandomState::default())))
             .collect();
+        let hasher = RandomState::default();
         let now = clock.now();
         let store = Self {
             shards,
@@ -122,7 +125,14 @@ impl MemoryStore {
     pub fn sweep(&self) {
         let now = self.clock.now();
         for shard in self.shards.iter() {
-            lock(shard).retain(|_, entry| entry.is_live(now));
+            let mut map = lock(shard);
+            map.retain(|_, entry| entry.is_live(now));
+            // A flood of keys leaves a large, empty table behind: give the
+            // room back once three quarters of it are unused.
+            let len = map.len();
+            if map.capacity() > 64 && len * 4 < map.capacity() {
+                map.shrink_to(len * 2);
+            }
         }
     }
 
@@ -138,8 +148,11 @@ impl MemoryStore {
     fn with_entry<T>(&self, key: &str, f: impl FnOnce(&mut Shard, Duration) -> T) -> T {
         let now = self.clock.now();
         let due = self.next_sweep.load(Ordering::Relaxed);
-        // One caller wins the exchange and sweeps; the others go on.
-        if nanos(now) >= due
+        let every = nanos(self.sweep_every);
+        // One caller wins the exchange and sweeps; the others go on. A clock
+        // set back by more than an interval would put the sweep out of
+        // reach: treat it as due.
+        if (nanos(now) >= due || due - nanos(now) > every)
             && self
                 .next_sweep
                 .compare_exchange(
@@ -152,7 +165,8 @@ impl MemoryStore {
         {
             self.sweep();
         }
-        let index = (self.hasher.hash_one(key) as usize) & (self.shards.len() - 1);
+        // The high bits are the best mixed; the count is a power of two.
+        let index = (self.hasher.hash_one(key) >> 32) as usize & (self.shards.len() - 1);
         let mut shard = lock(&self.shards[index]);
         if shard.get(key).is_some_and(|e| !e.is_live(now)) {
             shard.remove(key);
@@ -320,6 +334,23 @@ mod tests {
         store.get("other").await.unwrap();
         assert_eq!(store.len(), 1);
         assert_eq!(store.get("long").await.unwrap().as_deref(), Some("1"));
+    }
+
+    #[tokio::test]
+    async fn a_clock_set_back_does_not_stop_sweeping() {
+        let clock = FakeClock::at_unix(1_000);
+        let store =
+            MemoryStore::with_clock(clock.shared()).with_sweep_interval(Duration::from_secs(30));
+        clock.set(chrono::DateTime::from_timestamp(900, 0).unwrap());
+        for i in 0..100 {
+            store
+                .put(&format!("k{i}"), "1", Duration::from_secs(5))
+                .await
+                .unwrap();
+        }
+        clock.advance(Duration::from_secs(31));
+        store.get("other").await.unwrap();
+        assert_eq!(store.len(), 0);
     }
 
     #[tokio::test]
