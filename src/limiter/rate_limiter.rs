@@ -277,22 +277,32 @@ impl CacheRateLimiter {
     ) -> Result<IncrementOutcome, CacheError> {
         let key = clean_rate_limiter_key(key);
         let window = self.window(decay_seconds);
-        if !window.opens() || amount > ceiling {
-            // Nothing can count, or nothing is kept: touch no entry.
-            let current = if window.opens() {
-                self.attempts_of(&key).await?
-            } else {
-                0
-            };
-            return Ok(IncrementOutcome::decide(current, amount, ceiling));
+        if !window.opens() {
+            return Ok(IncrementOutcome::decide(0, amount, ceiling));
         }
-        // The timer first, as in `count`.
-        self.store
-            .add(&timer_key(&key), &window.ends_at.to_string(), window.ttl())
-            .await?;
-        self.store
+        if amount <= ceiling {
+            // The timer first, as in `count`.
+            self.store
+                .add(&timer_key(&key), &window.ends_at.to_string(), window.ttl())
+                .await?;
+            return self
+                .store
+                .increment_if_below(&key, window.ttl_seconds, amount, ceiling)
+                .await;
+        }
+        // An amount above the ceiling counts only on a count below zero,
+        // which a decrement left in a window it opened. Count first, so that
+        // a refused call on a fresh key writes nothing at all.
+        let outcome = self
+            .store
             .increment_if_below(&key, window.ttl_seconds, amount, ceiling)
-            .await
+            .await?;
+        if outcome.counted {
+            self.store
+                .add(&timer_key(&key), &window.ends_at.to_string(), window.ttl())
+                .await?;
+        }
+        Ok(outcome)
     }
 
     fn window(&self, decay_seconds: i64) -> Window {
