@@ -18,6 +18,7 @@
 //! `RATE_LIMIT_REDIS_URL` and `APP_TRUSTED_PROXIES`.
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod bootstrap;
 pub mod cache;
 pub mod clock;
 pub mod config;
