@@ -19,12 +19,14 @@
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
 pub mod bootstrap;
+pub mod cache;
 pub mod clock;
 pub mod config;
 pub mod container;
 pub mod decision;
 pub mod http;
 pub mod keys;
+pub mod limiter;
 pub mod middleware;
 pub mod rate_limit;
 #[cfg(feature = "redis")]
@@ -36,6 +38,7 @@ pub use async_trait::async_trait;
 pub use chrono;
 
 pub use crate::http::{HttpResponse, Request, Response};
+pub use crate::limiter::{GlobalLimit, Limit, LimitResult, RateLimiter, Unlimited};
 pub use crate::middleware::{Middleware, Next};
 pub use crate::routing::Router;
 
