@@ -283,14 +283,39 @@ fn until(at_ms: u64, now: Duration) -> Duration {
 
 /// Whole milliseconds, rounded down.
 fn millis_floor(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    d.as_secs()
+        .saturating_mul(1_000)
+        .saturating_add(u64::from(d.subsec_millis()))
 }
 
 /// Whole milliseconds, rounded up, so a window is never shortened.
+///
+/// Built from the seconds and the sub-second nanoseconds rather than
+/// `as_nanos()`: rounding a `u128` up is a software division that cost about
+/// as much as the rest of a decision.
 fn millis_ceil(d: Duration) -> u64 {
-    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+    d.as_secs()
+        .saturating_mul(1_000)
+        .saturating_add(u64::from(d.subsec_nanos().div_ceil(1_000_000)))
 }
 
 fn unix_secs_ceil(ms: u64) -> i64 {
     i64::try_from(ms.div_ceil(1_000)).unwrap_or(i64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn millis_round_down_and_up_without_overflow() {
+        let d = Duration::new(12, 345_678_901);
+        assert_eq!(millis_floor(d), 12_345);
+        assert_eq!(millis_ceil(d), 12_346);
+        assert_eq!(millis_ceil(Duration::from_millis(60_000)), 60_000);
+        assert_eq!(millis_ceil(Duration::from_nanos(1)), 1);
+        assert_eq!(millis_ceil(Duration::new(5, 999_999_999)), 6_000);
+        assert_eq!(millis_floor(Duration::MAX), u64::MAX);
+        assert_eq!(millis_ceil(Duration::MAX), u64::MAX);
+    }
 }

@@ -1,0 +1,388 @@
+//! The decision cost of the in-memory sliding-window driver, side by side
+//! with `governor`'s keyed limiter (`DefaultKeyedRateLimiter<String>`) and a
+//! naive `Mutex<HashMap<String, VecDeque<u64>>>` log, in one run.
+//!
+//! ```text
+//! cargo bench --bench memory_driver
+//! ```
+//!
+//! Every contender decides `"user:N"` keys, limit 100 per 60 s, on one hot
+//! key and on 100,000 keys. Two scenarios:
+//!
+//! - **flood** (1 and 2 OS threads): each contender reads its production
+//!   clock (the driver and the naive log the system clock, governor its
+//!   default `quanta` clock). Before measuring, every key is driven to its
+//!   limit, so the measured calls are what an over-limit client costs: the
+//!   steady state of any key called faster than its limit, and of the hot
+//!   key after its first 100 calls. Without the fill, the 100,000-key case
+//!   would drift from admitting to refusing during the measurement.
+//! - **sliding** (1 thread): fake clocks that move one window / limit
+//!   (600 ms) between two calls on a key, so every call finds the oldest hit
+//!   just out of the window, drops it and admits itself: the most work a
+//!   sliding log does per decision. Moving the clock costs each contender
+//!   one atomic add per call on the hot key, and one per pass over the
+//!   100,000 keys.
+//!
+//! At the end the bench prints the ratios the performance targets are
+//! stated in (docs/performance.md).
+
+mod support;
+
+use std::collections::{HashMap, VecDeque};
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
+use futures_util::FutureExt;
+use governor::clock::FakeRelativeClock;
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use suprnova::clock::{self, FakeClock, SharedClock};
+use suprnova::rate_limit::memory::InMemoryRateLimiter;
+use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
+
+const LIMIT: u32 = 100;
+const WINDOW: Duration = Duration::from_secs(60);
+const MANY_KEYS: usize = 100_000;
+/// The gap between two calls on one key in the sliding scenario.
+const SLIDE_STEP: Duration = Duration::from_millis(600);
+const CFG: SlidingWindowConfig = SlidingWindowConfig::new(LIMIT, WINDOW);
+
+/// The plain baseline: one mutex over one map of timestamp logs.
+struct NaiveLog {
+    map: Mutex<HashMap<String, VecDeque<u64>>>,
+    clock: SharedClock,
+}
+
+impl NaiveLog {
+    fn new(clock: SharedClock) -> Self {
+        Self {
+            map: Mutex::new(HashMap::new()),
+            clock,
+        }
+    }
+
+    fn try_acquire(&self, key: &str) -> bool {
+        let now = self.clock.unix_millis();
+        let window = WINDOW.as_millis() as u64;
+        let mut map = self.map.lock().unwrap();
+        let log = match map.get_mut(key) {
+            Some(log) => log,
+            None => map.entry(key.to_owned()).or_default(),
+        };
+        while log.front().is_some_and(|&t| t + window <= now) {
+            log.pop_front();
+        }
+        if log.len() < LIMIT as usize {
+            log.push_back(now);
+            true
+        } else {
+            false
+        }
+    }
+}
+
+type FakeGovernor =
+    RateLimiter<String, DefaultKeyedStateStore<String>, FakeRelativeClock, NoOpMiddleware<Nanos>>;
+
+/// One limiter under test.
+enum Limiter {
+    Suprnova(InMemoryRateLimiter),
+    /// The driver through `Arc<dyn RateLimiterDriver>` and its async method,
+    /// as the middleware calls it.
+    SuprnovaDyn(Arc<dyn RateLimiterDriver>),
+    Governor(DefaultKeyedRateLimiter<String>),
+    FakeGovernor(FakeGovernor),
+    Naive(NaiveLog),
+}
+
+impl Limiter {
+    #[inline]
+    fn decide(&self, key: &String) -> bool {
+        match self {
+            Self::Suprnova(limiter) => limiter.acquire_now(key, &CFG).unwrap().allowed,
+            // The memory driver never waits, so the future is ready at once.
+            Self::SuprnovaDyn(limiter) => limiter
+                .try_acquire(key, &CFG)
+                .now_or_never()
+                .unwrap()
+                .unwrap(),
+            Self::Governor(limiter) => limiter.check_key(key).is_ok(),
+            Self::FakeGovernor(limiter) => limiter.check_key(key).is_ok(),
+            Self::Naive(log) => log.try_acquire(key),
+        }
+    }
+}
+
+/// The clock a contender's limiter reads, when the bench moves it.
+enum Tick {
+    Real,
+    Ours(FakeClock),
+    Governor(FakeRelativeClock),
+}
+
+impl Tick {
+    #[inline]
+    fn advance(&self) {
+        match self {
+            Self::Real => {}
+            Self::Ours(clock) => clock.advance(SLIDE_STEP),
+            Self::Governor(clock) => clock.advance(SLIDE_STEP),
+        }
+    }
+}
+
+struct Contender {
+    limiter: Limiter,
+    tick: Tick,
+    /// Where the last single-thread run stopped, so the next one goes on
+    /// from there and every key keeps its spacing in the sliding scenario.
+    cursor: AtomicUsize,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Scenario {
+    Flood,
+    Sliding,
+}
+
+impl Scenario {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Flood => "flood",
+            Self::Sliding => "sliding",
+        }
+    }
+}
+
+impl Contender {
+    fn build(name: &str, scenario: Scenario) -> Self {
+        let quota = Quota::per_minute(NonZeroU32::new(LIMIT).unwrap());
+        let fake = FakeClock::at_unix(1_700_000_000);
+        let (limiter, tick) = match (name, scenario) {
+            ("suprnova", Scenario::Flood) => {
+                (Limiter::Suprnova(InMemoryRateLimiter::new()), Tick::Real)
+            }
+            ("suprnova", Scenario::Sliding) => (
+                Limiter::Suprnova(InMemoryRateLimiter::with_clock(fake.shared())),
+                Tick::Ours(fake),
+            ),
+            ("suprnova_dyn", _) => (
+                Limiter::SuprnovaDyn(Arc::new(InMemoryRateLimiter::new())),
+                Tick::Real,
+            ),
+            ("governor", Scenario::Flood) => {
+                (Limiter::Governor(RateLimiter::keyed(quota)), Tick::Real)
+            }
+            ("governor", Scenario::Sliding) => {
+                let clock = FakeRelativeClock::default();
+                (
+                    Limiter::FakeGovernor(RateLimiter::dashmap_with_clock(quota, clock.clone())),
+                    Tick::Governor(clock),
+                )
+            }
+            ("naive_log", Scenario::Flood) => {
+                (Limiter::Naive(NaiveLog::new(clock::system())), Tick::Real)
+            }
+            ("naive_log", Scenario::Sliding) => (
+                Limiter::Naive(NaiveLog::new(fake.shared())),
+                Tick::Ours(fake),
+            ),
+            (other, _) => unreachable!("no contender {other}"),
+        };
+        Self {
+            limiter,
+            tick,
+            cursor: AtomicUsize::new(0),
+        }
+    }
+
+    /// Brings every key to its steady state before anything is measured:
+    /// a full window.
+    fn fill(&self, keys: &[String]) {
+        for _ in 0..LIMIT {
+            self.run(keys, 0, keys.len() as u64);
+        }
+        self.cursor.store(0, Ordering::Relaxed);
+    }
+
+    /// Runs `iters` decisions on `keys`, starting at `offset` and walking
+    /// on; the clock moves after each pass over the keys. Returns where it
+    /// stopped.
+    #[inline(never)]
+    fn run(&self, keys: &[String], offset: usize, iters: u64) -> usize {
+        let mut index = offset % keys.len();
+        for _ in 0..iters {
+            black_box(self.limiter.decide(&keys[index]));
+            index += 1;
+            if index == keys.len() {
+                index = 0;
+                self.tick.advance();
+            }
+        }
+        index
+    }
+
+    /// `iters` decisions split over `threads` OS threads started together;
+    /// the wall time they took, so criterion's time per iteration is the
+    /// time per decision of the whole process.
+    fn run_threads(&self, keys: &[String], threads: usize, iters: u64) -> Duration {
+        if threads == 1 {
+            let start = Instant::now();
+            let stop = self.run(keys, self.cursor.load(Ordering::Relaxed), iters);
+            let elapsed = start.elapsed();
+            self.cursor.store(stop, Ordering::Relaxed);
+            return elapsed;
+        }
+        let barrier = Barrier::new(threads + 1);
+        std::thread::scope(|scope| {
+            for t in 0..threads {
+                let barrier = &barrier;
+                // Each thread starts at its own part of the key set, so two
+                // threads on many keys rarely decide one key at once.
+                let offset = t * keys.len() / threads;
+                scope.spawn(move || {
+                    barrier.wait();
+                    self.run(keys, offset, iters / threads as u64);
+                });
+            }
+            barrier.wait();
+            // The scope joins the threads before it returns.
+            Instant::now()
+        })
+        .elapsed()
+    }
+}
+
+const CONTENDERS: [&str; 4] = ["suprnova", "suprnova_dyn", "governor", "naive_log"];
+
+fn key_sets() -> [(&'static str, Vec<String>); 2] {
+    [
+        ("hot_key", vec!["user:0".to_owned()]),
+        (
+            "100k_keys",
+            (0..MANY_KEYS).map(|n| format!("user:{n}")).collect(),
+        ),
+    ]
+}
+
+fn group_name(scenario: Scenario, keys: &str, threads: usize) -> String {
+    let threads = if threads == 1 {
+        "1_thread"
+    } else {
+        "2_threads"
+    };
+    format!("memory_driver_{}_{keys}_{threads}", scenario.name())
+}
+
+fn bench_group(
+    group: &mut BenchmarkGroup<'_, WallTime>,
+    scenario: Scenario,
+    keys: &[String],
+    threads: usize,
+) {
+    group.throughput(Throughput::Elements(1));
+    for name in CONTENDERS {
+        // The async path is measured once: flood, one thread.
+        if name == "suprnova_dyn" && (threads > 1 || scenario == Scenario::Sliding) {
+            continue;
+        }
+        // Built and filled inside the closure, which criterion calls only
+        // for the benchmarks a filter selects.
+        let mut contender = None;
+        group.bench_function(name, |b| {
+            let contender = contender.get_or_insert_with(|| {
+                let contender = Contender::build(name, scenario);
+                contender.fill(keys);
+                contender
+            });
+            b.iter_custom(|iters| contender.run_threads(keys, threads, iters))
+        });
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    for (set, keys) in key_sets() {
+        for (scenario, threads) in [
+            (Scenario::Flood, 1),
+            (Scenario::Flood, 2),
+            (Scenario::Sliding, 1),
+        ] {
+            let mut group = c.benchmark_group(group_name(scenario, set, threads));
+            bench_group(&mut group, scenario, &keys, threads);
+            group.finish();
+        }
+    }
+}
+
+/// Prints the ratios the targets are stated in, from this run's estimates.
+fn report(since: SystemTime) {
+    let ns = |scenario: Scenario, set: &str, threads: usize, id: &str| {
+        support::estimates::nanos_per_iter(&group_name(scenario, set, threads), id, since)
+    };
+    println!("\n== memory_driver: ns per decision and ratios, this run ==");
+    println!("machine: {}", support::machine::describe());
+    println!(
+        "{:<30} {:>10} {:>10} {:>10} {:>13} {:>13}",
+        "case", "suprnova", "governor", "naive_log", "ours/governor", "naive/ours"
+    );
+    for scenario in [Scenario::Flood, Scenario::Sliding] {
+        for (set, _) in key_sets() {
+            for threads in [1, 2] {
+                let (Some(ours), Some(gov), Some(naive)) = (
+                    ns(scenario, set, threads, "suprnova"),
+                    ns(scenario, set, threads, "governor"),
+                    ns(scenario, set, threads, "naive_log"),
+                ) else {
+                    continue;
+                };
+                println!(
+                    "{:<30} {:>10.1} {:>10.1} {:>10.1} {:>12.2}x {:>12.2}x",
+                    format!("{} {set} {threads}t", scenario.name()),
+                    ours,
+                    gov,
+                    naive,
+                    ours / gov,
+                    naive / ours
+                );
+            }
+        }
+    }
+    for set in ["hot_key", "100k_keys"] {
+        if let (Some(via_dyn), Some(direct)) = (
+            ns(Scenario::Flood, set, 1, "suprnova_dyn"),
+            ns(Scenario::Flood, set, 1, "suprnova"),
+        ) {
+            println!(
+                "flood {set}: through Arc<dyn RateLimiterDriver> (async) {via_dyn:.1} ns, direct {direct:.1} ns"
+            );
+        }
+    }
+    for id in ["suprnova", "governor", "naive_log"] {
+        if let (Some(one), Some(two)) = (
+            ns(Scenario::Flood, "100k_keys", 1, id),
+            ns(Scenario::Flood, "100k_keys", 2, id),
+        ) {
+            println!(
+                "flood 100k_keys, throughput of 2 threads / 1 thread, {id}: {:.2}x",
+                one / two
+            );
+        }
+    }
+}
+
+fn main() {
+    let since = SystemTime::now();
+    let mut criterion = Criterion::default()
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3))
+        .configure_from_args();
+    bench(&mut criterion);
+    criterion.final_summary();
+    report(since);
+}

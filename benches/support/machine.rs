@@ -1,0 +1,41 @@
+//! A one-line description of the machine a bench ran on, printed beside its
+//! numbers so a table can say where it came from.
+
+use std::process::Command;
+
+/// CPU model, cores, kernel, rustc, and the load average at the start, as
+/// one line.
+pub fn describe() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|line| line.starts_with("model name"))
+                .and_then(|line| line.split(':').nth(1))
+                .map(|model| model.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|k| k.trim().to_owned())
+        .unwrap_or_default();
+    let rustc = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()))
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        .unwrap_or_default();
+    format!(
+        "{cpu}, {cores} cores, kernel {kernel}, {rustc}, load average {}",
+        load_average()
+    )
+}
+
+/// The 1-minute load average; above about 1 on this 2-core machine the
+/// numbers of a run are noisy.
+pub fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into())
+}
