@@ -8,7 +8,7 @@
 //! the gap in four words, so any gap is exact and sparse traffic in a long
 //! window costs 10 bytes a hit at worst.
 
-use std::collections::VecDeque;
+use super::gap_ring::GapRing;
 
 /// The word that announces a gap too long for one word.
 const ESCAPE: u16 = u16::MAX;
@@ -32,7 +32,7 @@ pub(super) struct Bucket {
     /// How many hits the bucket holds.
     count: u32,
     /// The gap from each hit to the next, encoded as the module docs say.
-    gaps: VecDeque<u16>,
+    gaps: GapRing,
 }
 
 impl Bucket {
@@ -43,7 +43,7 @@ impl Bucket {
             newest: now_ms,
             window_ms,
             count: 1,
-            gaps: VecDeque::new(),
+            gaps: GapRing::default(),
         }
     }
 
@@ -115,7 +115,7 @@ impl Bucket {
     /// past the newest hit gives the newest.
     pub(super) fn nth(&self, index: u32) -> u64 {
         let mut at = self.oldest;
-        let mut words = self.gaps.iter().copied();
+        let mut words = self.gaps.iter();
         for _ in 0..index.min(self.count.saturating_sub(1)) {
             at += decode_gap(&mut words);
         }
@@ -256,6 +256,13 @@ mod tests {
         }
         assert_eq!(bucket.len(), 100);
         assert_eq!(bucket.heap_bytes(), 99 * 2);
+    }
+
+    // The bucket sits in every entry of a shard table, beside the key: its
+    // size is paid once per key, in the table.
+    #[test]
+    fn a_bucket_takes_56_bytes_in_its_table_entry() {
+        assert_eq!(size_of::<Bucket>(), 56);
     }
 
     #[test]
