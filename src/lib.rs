@@ -30,6 +30,7 @@ pub mod rate_limit;
 pub mod redis_client;
 pub mod routing;
 pub mod server;
+pub mod ws;
 
 pub use async_trait::async_trait;
 pub use chrono;
