@@ -62,11 +62,8 @@ pub(super) enum LimiterSource {
 /// use suprnova::rate_limit::{
 ///     BackendErrorPolicy, RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig,
 /// };
-/// # use suprnova::rate_limit::memory::InMemoryRateLimiter;
-/// # let app = App::new();
-/// # let _entered = app.enter();
-/// # App::bind::<dyn RateLimiterDriver>(Arc::new(InMemoryRateLimiter::new()));
 ///
+/// # fn build() -> RateLimitMiddleware {
 /// let limiter: Arc<dyn RateLimiterDriver> =
 ///     App::resolve_make::<dyn RateLimiterDriver>().unwrap();
 ///
@@ -79,7 +76,8 @@ pub(super) enum LimiterSource {
 ///     |req| format!("route:{}", req.path()),
 /// )
 /// .on_backend_error(BackendErrorPolicy::FailClosed);
-/// # drop(mw);
+/// # mw
+/// # }
 /// ```
 ///
 /// # Keys
@@ -90,6 +88,38 @@ pub(super) enum LimiterSource {
 /// request. [`RateLimitMiddleware::ip_based`] builds the per-address key for
 /// you, and [`identity_key`](super::identity_key) keys on the account a
 /// request acts on.
+///
+/// # Per recipient, stacked on per address
+///
+/// A per-address limit cannot see many hosts flooding one mailbox; a
+/// per-recipient one cannot see one host walking through many mailboxes.
+/// Stack the two:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use suprnova::rate_limit::{
+///     identity_key, names_identity, BackendErrorPolicy, RateLimitMiddleware, RateLimiterDriver,
+///     SlidingWindowConfig,
+/// };
+/// use suprnova::{HttpResponse, Router};
+///
+/// fn password_reset(limiter: Arc<dyn RateLimiterDriver>) -> Router {
+///     let per_recipient = RateLimitMiddleware::new(
+///         limiter.clone(),
+///         SlidingWindowConfig { max_requests: 3, window: Duration::from_secs(900) },
+///         |req| identity_key(req, "email", "auth-issuance"),
+///     )
+///     .key_reads_body(4096)
+///     .only_when(|req| names_identity(req, "email"))
+///     .on_backend_error(BackendErrorPolicy::FailClosed);
+///
+///     Router::new()
+///         .post("/password/reset", |_req| async { HttpResponse::text("sent") })
+///         .middleware(RateLimitMiddleware::ip_based(20, Duration::from_secs(60)))
+///         .middleware(per_recipient)
+/// }
+/// ```
 #[derive(Clone)]
 pub struct RateLimitMiddleware {
     pub(super) limiter: LimiterSource,

@@ -129,6 +129,8 @@ async fn run_session<H: WebSocketHandler>(
 /// connection ends, for at most [`CLOSE_TIMEOUT`].
 async fn finish_close(mut stream: Stream) {
     let closing = async {
+        // After the peer's close this fails (tungstenite sends nothing after
+        // a close frame), and the read below flushes the queued answer.
         let _ = stream.close(None).await;
         while let Some(Ok(_)) = stream.next().await {}
     };
