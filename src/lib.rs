@@ -18,23 +18,39 @@
 //! `RATE_LIMIT_REDIS_URL` and `APP_TRUSTED_PROXIES`.
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod bootstrap;
+pub mod cache;
 pub mod clock;
 pub mod config;
 pub mod container;
 pub mod decision;
 pub mod http;
 pub mod keys;
+pub mod limiter;
 pub mod middleware;
 pub mod rate_limit;
 #[cfg(feature = "redis")]
 pub mod redis_client;
 pub mod routing;
 pub mod server;
+mod sharded;
+mod sweep;
 pub mod ws;
 
 pub use async_trait::async_trait;
 pub use chrono;
 
 pub use crate::http::{HttpResponse, Request, Response};
+pub use crate::limiter::{GlobalLimit, Limit, LimitResult, RateLimiter, Unlimited};
 pub use crate::middleware::{Middleware, Next};
 pub use crate::routing::Router;
+
+/// The guides under `docs/` and the README, compiled as doc tests so that
+/// every Rust example in them keeps building.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/deployment.md")]
+    struct Deployment;
+}

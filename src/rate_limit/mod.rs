@@ -20,6 +20,10 @@ mod ip_based;
 mod middleware;
 mod policy;
 
+pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
+
 pub use config::SlidingWindowConfig;
 pub use connections::ConnectionsPerIp;
 pub use driver::RateLimiterDriver;

@@ -1,0 +1,400 @@
+//! `CacheConfig`: which cache store to use, read from the environment under
+//! the names a Laravel application gives it.
+
+use std::sync::Arc;
+
+use super::MemoryStore;
+use super::store::{CacheError, Store};
+use crate::clock::{self, SharedClock};
+use crate::config::{ConfigError, Env};
+use crate::container::App;
+use crate::limiter::CacheRateLimiter;
+#[cfg(feature = "redis")]
+use crate::redis_client::{RedisConfig, RedisConnection};
+
+/// Which backend the cache uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum CacheStoreKind {
+    /// [`MemoryStore`]: this process only (`CACHE_STORE=memory` or `array`).
+    Memory,
+    /// [`RedisStore`](super::RedisStore): shared by every process on one
+    /// Redis (`CACHE_STORE=redis`).
+    Redis,
+}
+
+/// The cache store configuration, as a Laravel application names it in its
+/// environment.
+///
+/// | variable | default | meaning |
+/// | --- | --- | --- |
+/// | `CACHE_STORE` (`CACHE_DRIVER` before Laravel 11) | `memory` | `memory` or `array` (this process), or `redis` |
+/// | `APP_NAME` | `Laravel` | the default prefixes derive from it, as Laravel's `Str::slug` does |
+/// | `CACHE_PREFIX` | `<slug of APP_NAME>-cache-` (`laravel-cache-`) | the cache prefix |
+/// | `REDIS_PREFIX` | `<slug of APP_NAME>-database-` (`laravel-database-`) | the Redis connection prefix, before the cache prefix |
+/// | `REDIS_URL` | unset | the Redis URL; a cluster as a comma-separated list of node URLs |
+/// | `REDIS_HOST`, `REDIS_PORT` | `127.0.0.1`, `6379` | used when `REDIS_URL` is unset; a `tls://` host means TLS |
+/// | `REDIS_USERNAME`, `REDIS_PASSWORD` | unset | credentials, used with `REDIS_HOST` |
+/// | `REDIS_CACHE_DB` | `1` | the database, unless the URL names one |
+///
+/// The default prefixes are those of Laravel 13 (and of the skeleton 12.x
+/// since v12.1.0), with hyphens. An application created from an older
+/// skeleton uses underscores: set `CACHE_PREFIX=laravel_cache_` and
+/// `REDIS_PREFIX=laravel_database_` (the values of its
+/// `config/cache.php` and `config/database.php`). Laravel 10 and earlier put a
+/// `:` after the cache prefix: `CACHE_PREFIX=laravel_cache_:`.
+///
+/// Laravel keeps its cache in the database of its `cache` Redis connection,
+/// `REDIS_CACHE_DB`, 1 by default; a `REDIS_URL` that names a database
+/// (`redis://host:6379/2`) wins, as in Laravel. A cluster has only database
+/// 0.
+///
+/// ```
+/// use suprnova::cache::{CacheConfig, CacheStoreKind};
+/// use suprnova::config::Env;
+///
+/// let env = Env::from_pairs([("CACHE_STORE", "redis"), ("REDIS_HOST", "cache.internal")]);
+/// let config = CacheConfig::from_env(&env).unwrap();
+/// assert_eq!(config.store, CacheStoreKind::Redis);
+/// assert_eq!(config.key_prefix(), "laravel-database-laravel-cache-");
+/// # #[cfg(feature = "redis")]
+/// assert_eq!(config.redis.unwrap().nodes(), ["redis://cache.internal:6379/1"]);
+///
+/// let err = CacheConfig::from_env(&Env::from_pairs([("CACHE_STORE", "file")])).unwrap_err();
+/// assert!(err.to_string().contains("CACHE_STORE"));
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheConfig {
+    /// The backend.
+    pub store: CacheStoreKind,
+    /// The cache prefix (`CACHE_PREFIX`).
+    pub cache_prefix: String,
+    /// The Redis connection prefix (`REDIS_PREFIX`).
+    pub redis_prefix: String,
+    /// Where Redis is, for [`CacheStoreKind::Redis`].
+    #[cfg(feature = "redis")]
+    pub redis: Option<RedisConfig>,
+}
+
+impl CacheConfig {
+    /// The variable that names the backend.
+    pub const STORE_VARIABLE: &'static str = "CACHE_STORE";
+
+    /// The in-memory store, with the default prefixes.
+    pub fn memory() -> Self {
+        let slug = laravel_slug(DEFAULT_APP_NAME);
+        Self {
+            store: CacheStoreKind::Memory,
+            cache_prefix: format!("{slug}-cache-"),
+            redis_prefix: format!("{slug}-database-"),
+            #[cfg(feature = "redis")]
+            redis: None,
+        }
+    }
+
+    /// Reads the variables in the table above. A value that cannot be used
+    /// is an error that names its variable.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let store = store_kind(env)?;
+        let app_name = env
+            .get("APP_NAME")
+            .unwrap_or_else(|| DEFAULT_APP_NAME.to_owned());
+        let cache_prefix = prefix(env, "CACHE_PREFIX", &app_name, "-cache-")?;
+        let redis_prefix = prefix(env, "REDIS_PREFIX", &app_name, "-database-")?;
+        #[cfg(feature = "redis")]
+        let redis = match store {
+            CacheStoreKind::Redis => Some(redis_config(env)?),
+            CacheStoreKind::Memory => None,
+        };
+        #[cfg(not(feature = "redis"))]
+        if store == CacheStoreKind::Redis {
+            return Err(ConfigError::Invalid {
+                variable: Self::STORE_VARIABLE.to_owned(),
+                value: "redis".to_owned(),
+                reason: "this build has no Redis support; enable the `redis` feature".to_owned(),
+            });
+        }
+        Ok(Self {
+            store,
+            cache_prefix,
+            redis_prefix,
+            #[cfg(feature = "redis")]
+            redis,
+        })
+    }
+
+    /// The prefix of every Redis key: the Redis prefix, then the cache
+    /// prefix.
+    pub fn key_prefix(&self) -> String {
+        format!("{}{}", self.redis_prefix, self.cache_prefix)
+    }
+
+    /// Builds the store on the system clock. A Redis store must be built
+    /// inside a tokio runtime; it connects on first use, so a Redis that is
+    /// not up yet does not fail this call.
+    pub fn build_store(&self) -> Result<Arc<dyn Store>, CacheError> {
+        self.build_store_with_clock(clock::system())
+    }
+
+    /// Builds the store; a memory store reads `clock`.
+    pub fn build_store_with_clock(&self, clock: SharedClock) -> Result<Arc<dyn Store>, CacheError> {
+        match self.store {
+            CacheStoreKind::Memory => Ok(Arc::new(MemoryStore::with_clock(clock))),
+            #[cfg(feature = "redis")]
+            CacheStoreKind::Redis => {
+                let config = self.redis.clone().ok_or_else(|| {
+                    CacheError::Backend("CacheConfig names Redis but holds no Redis URL".into())
+                })?;
+                let conn = RedisConnection::new(config)?;
+                Ok(Arc::new(
+                    super::RedisStore::new(conn).with_prefix(self.key_prefix()),
+                ))
+            }
+            #[cfg(not(feature = "redis"))]
+            CacheStoreKind::Redis => Err(CacheError::Backend(
+                "this build has no Redis support; enable the `redis` feature".into(),
+            )),
+        }
+    }
+
+    /// Builds the store and installs it in `app` as `Arc<dyn Store>`, with a
+    /// [`CacheRateLimiter`] over it on the system clock, which the
+    /// [`RateLimiter`](crate::RateLimiter) and [`Cache`](super::Cache)
+    /// facades then use.
+    pub fn install(&self, app: &App) -> Result<Arc<dyn Store>, CacheError> {
+        self.install_with_clock(app, clock::system())
+    }
+
+    /// [`CacheConfig::install`] on `clock`.
+    pub fn install_with_clock(
+        &self,
+        app: &App,
+        clock: SharedClock,
+    ) -> Result<Arc<dyn Store>, CacheError> {
+        let store = self.build_store_with_clock(clock.clone())?;
+        app.install::<dyn Store>(store.clone());
+        app.install(Arc::new(CacheRateLimiter::new(store.clone(), clock)));
+        Ok(store)
+    }
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self::memory()
+    }
+}
+
+const DEFAULT_APP_NAME: &str = "Laravel";
+
+fn store_kind(env: &Env) -> Result<CacheStoreKind, ConfigError> {
+    let (variable, raw) = match env.get(CacheConfig::STORE_VARIABLE) {
+        Some(raw) => (CacheConfig::STORE_VARIABLE, raw),
+        None => match env.get("CACHE_DRIVER") {
+            Some(raw) => ("CACHE_DRIVER", raw),
+            None => return Ok(CacheStoreKind::Memory),
+        },
+    };
+    match raw.as_str() {
+        "memory" | "array" => Ok(CacheStoreKind::Memory),
+        "redis" => Ok(CacheStoreKind::Redis),
+        _ => Err(ConfigError::Invalid {
+            variable: variable.to_owned(),
+            value: raw,
+            reason: "expected memory, array or redis, in lowercase (the other Laravel stores are not available)".to_owned(),
+        }),
+    }
+}
+
+fn prefix(env: &Env, variable: &str, app_name: &str, suffix: &str) -> Result<String, ConfigError> {
+    // An explicit prefix is taken as written: Laravel does not trim it.
+    if let Some(set) = env.get(variable) {
+        return Ok(set);
+    }
+    if !app_name.is_ascii() {
+        return Err(ConfigError::Missing {
+            variable: variable.to_owned(),
+            reason: format!(
+                "APP_NAME={app_name:?} is not ASCII, and Laravel transliterates such a name before it derives the prefix; set {variable} to the prefix your Laravel application uses"
+            ),
+        });
+    }
+    Ok(format!("{}{suffix}", laravel_slug(app_name)))
+}
+
+/// Laravel's `Str::slug($title)` with the `-` separator, for ASCII titles:
+/// `_` and runs of spaces become `-`, `@` becomes `at`, every other character
+/// that is not a letter or a digit is dropped, and the result is lowercase.
+fn laravel_slug(title: &str) -> String {
+    let title = title.replace('_', "-").replace('@', "-at-").to_lowercase();
+    let kept: String = title
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '-' || c.is_whitespace())
+        .collect();
+    let mut slug = String::with_capacity(kept.len());
+    for c in kept.chars() {
+        if c == '-' || c.is_whitespace() {
+            if !slug.ends_with('-') {
+                slug.push('-');
+            }
+        } else {
+            slug.push(c);
+        }
+    }
+    slug.trim_matches('-').to_owned()
+}
+
+#[cfg(feature = "redis")]
+fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
+    let database = env.parse::<u32>("REDIS_CACHE_DB")?.unwrap_or(1);
+    let (variable, url) = match env.get("REDIS_URL") {
+        Some(url) => ("REDIS_URL", url),
+        None => ("REDIS_HOST", url_from_parts(env, database)?),
+    };
+    let invalid = |value: &str, reason: String| ConfigError::Invalid {
+        variable: variable.to_owned(),
+        value: value.to_owned(),
+        reason,
+    };
+    let parsed = RedisConfig::from_url(&url).map_err(|e| invalid(&url, e.reason))?;
+    if parsed.is_cluster() || variable != "REDIS_URL" {
+        return Ok(parsed);
+    }
+    // A URL without a database takes REDIS_CACHE_DB, as Laravel merges the
+    // URL over the connection's settings.
+    let mut with_db = ::redis::parse_redis_url(&url)
+        .ok_or_else(|| invalid(&url, "it does not parse as a URL".to_owned()))?;
+    if with_db.path().trim_matches('/').is_empty() {
+        with_db.set_path(&format!("/{database}"));
+    }
+    RedisConfig::from_url(with_db.as_str()).map_err(|e| invalid(&url, e.reason))
+}
+
+#[cfg(feature = "redis")]
+fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
+    let host = env
+        .get("REDIS_HOST")
+        .unwrap_or_else(|| "127.0.0.1".to_owned());
+    let port = env.parse::<u16>("REDIS_PORT")?.unwrap_or(6379);
+    let (scheme, host) = match host.strip_prefix("tls://") {
+        Some(bare) => ("rediss", bare.to_owned()),
+        None => ("redis", host),
+    };
+    let refuse = |reason: &str| ConfigError::Invalid {
+        variable: "REDIS_HOST".to_owned(),
+        value: host.clone(),
+        reason: reason.to_owned(),
+    };
+    let mut url = ::redis::parse_redis_url(&format!("{scheme}://{host}:{port}/{database}"))
+        .ok_or_else(|| refuse("expected a host name or an address"))?;
+    if let Some(user) = env.get("REDIS_USERNAME") {
+        url.set_username(&user)
+            .map_err(|()| refuse("REDIS_USERNAME cannot be set on this host"))?;
+    }
+    if let Some(password) = env.get("REDIS_PASSWORD") {
+        url.set_password(Some(&password))
+            .map_err(|()| refuse("REDIS_PASSWORD cannot be set on this host"))?;
+    }
+    Ok(url.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Env {
+        Env::from_pairs(pairs.iter().copied())
+    }
+
+    #[test]
+    fn slugs_as_laravel() {
+        assert_eq!(laravel_slug("Laravel"), "laravel");
+        assert_eq!(laravel_slug("My Shop"), "my-shop");
+        assert_eq!(laravel_slug("my_shop"), "my-shop");
+        assert_eq!(laravel_slug("Shop.io  Admin"), "shopio-admin");
+        assert_eq!(laravel_slug("me@home"), "me-at-home");
+        assert_eq!(laravel_slug("--A--"), "a");
+    }
+
+    #[test]
+    fn unset_is_memory_with_laravel_13_prefixes() {
+        let config = CacheConfig::from_env(&env(&[])).unwrap();
+        assert_eq!(config, CacheConfig::memory());
+        assert_eq!(config.cache_prefix, "laravel-cache-");
+        assert_eq!(config.redis_prefix, "laravel-database-");
+    }
+
+    #[test]
+    fn array_and_the_older_variable_name() {
+        let config = CacheConfig::from_env(&env(&[("CACHE_DRIVER", "array")])).unwrap();
+        assert_eq!(config.store, CacheStoreKind::Memory);
+        let err = CacheConfig::from_env(&env(&[("CACHE_DRIVER", "file")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("CACHE_DRIVER") && err.contains("file"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_capitalised_store_is_refused() {
+        let err = CacheConfig::from_env(&env(&[("CACHE_STORE", "Redis")]))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("CACHE_STORE") && err.contains("lowercase"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn prefixes_follow_app_name_unless_set() {
+        let config =
+            CacheConfig::from_env(&env(&[("APP_NAME", "My Shop"), ("REDIS_PREFIX", "x_")]))
+                .unwrap();
+        assert_eq!(config.cache_prefix, "my-shop-cache-");
+        assert_eq!(config.key_prefix(), "x_my-shop-cache-");
+        let err = CacheConfig::from_env(&env(&[("APP_NAME", "Café")]))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("CACHE_PREFIX"), "{err}");
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis_url_takes_the_cache_database_unless_it_names_one() {
+        let redis = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("CACHE_STORE", "redis")];
+            all.extend_from_slice(pairs);
+            CacheConfig::from_env(&env(&all)).map(|c| c.redis.unwrap().nodes().to_vec())
+        };
+        assert_eq!(
+            redis(&[("REDIS_URL", "redis://h:6380")]).unwrap(),
+            ["redis://h:6380/1"]
+        );
+        assert_eq!(
+            redis(&[("REDIS_URL", "redis://h:6380/3"), ("REDIS_CACHE_DB", "5")]).unwrap(),
+            ["redis://h:6380/3"]
+        );
+        assert_eq!(
+            redis(&[("REDIS_URL", "redis://a:7000,redis://b:7001")]).unwrap(),
+            ["redis://a:7000", "redis://b:7001"]
+        );
+        assert_eq!(redis(&[]).unwrap(), ["redis://127.0.0.1:6379/1"]);
+        assert_eq!(
+            redis(&[
+                ("REDIS_HOST", "tls://r.example"),
+                ("REDIS_PORT", "6390"),
+                ("REDIS_PASSWORD", "p@ss/word"),
+                ("REDIS_CACHE_DB", "0"),
+            ])
+            .unwrap(),
+            ["rediss://:p%40ss%2Fword@r.example:6390/0"]
+        );
+        let err = redis(&[("REDIS_URL", "http://h")]).unwrap_err().to_string();
+        assert!(err.contains("REDIS_URL"), "{err}");
+        let err = redis(&[("REDIS_PORT", "lots")]).unwrap_err().to_string();
+        assert!(err.contains("REDIS_PORT"), "{err}");
+        let err = redis(&[("REDIS_CACHE_DB", "-1")]).unwrap_err().to_string();
+        assert!(err.contains("REDIS_CACHE_DB"), "{err}");
+    }
+}

@@ -1,0 +1,36 @@
+-- Adds an amount to a counter only while the result stays at or below a
+-- ceiling. Reading, comparing and adding in one script makes the comparison
+-- and the count one atomic step: concurrent callers can never push the
+-- counter past the ceiling between a read and a write.
+--
+-- KEYS[1]  the full key of the counter (prefix included)
+-- ARGV[1]  the time to live, in whole seconds (at least 1), that a counter
+--          without one gets when it counts (a new counter, or one that
+--          INCRBY created without a time to live)
+-- ARGV[2]  the amount to add (an integer, may be negative)
+-- ARGV[3]  the ceiling (an integer)
+--
+-- Returns {counted, count}: counted is 1 when the amount was added and count
+-- is then the new value; counted is 0 when it was not, and count is the
+-- value left untouched (0 for a missing counter). A value that is not an
+-- integer is an error, as for INCRBY.
+--
+-- Counts are compared as Lua numbers (doubles): exact up to 2^53, far beyond
+-- any rate-limit count; a ceiling of 2^63 - 1 means "no ceiling".
+local current = redis.call('GET', KEYS[1])
+local count = 0
+if current then
+    count = tonumber(current)
+    if count == nil or count ~= math.floor(count) then
+        return redis.error_reply('ERR value is not an integer or out of range')
+    end
+end
+local amount = tonumber(ARGV[2])
+if count + amount > tonumber(ARGV[3]) then
+    return {0, count}
+end
+local next = redis.call('INCRBY', KEYS[1], amount)
+if redis.call('TTL', KEYS[1]) < 0 then
+    redis.call('EXPIRE', KEYS[1], ARGV[1])
+end
+return {1, next}

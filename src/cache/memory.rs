@@ -1,0 +1,313 @@
+//! `MemoryStore`: the cache in this process's memory.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::store::{CacheError, IncrementOutcome, Store, parse_integer};
+use crate::clock::{self, SharedClock};
+use crate::sharded::{Shard, ShardedMap};
+use crate::sweep::SweepSchedule;
+
+/// A cache store in this process's memory, as Laravel's `ArrayStore`.
+///
+/// Every time to live is read through the crate's [`Clock`](crate::clock::Clock),
+/// so tests freeze and advance it instead of sleeping. An entry is gone at
+/// the exact instant it expires (`now >= expires_at`, as `ArrayStore` has
+/// it). Expired entries are removed when a call finds them, and a sweep that
+/// the first call after each [sweep interval](MemoryStore::with_sweep_interval)
+/// runs removes the rest, so a flood of distinct keys cannot grow the process
+/// without limit. Entries that [`Store::increment`] created have no time to
+/// live, as with Redis `INCRBY`, and stay until they are forgotten.
+///
+/// The map is split in shards, each behind its own lock, so that threads
+/// working on different keys rarely wait for each other. Every operation is
+/// atomic on its key.
+///
+/// The counts are per process: behind several replicas each one counts for
+/// itself. Share a [`RedisStore`](super::RedisStore) to count across them.
+///
+/// ```
+/// use std::time::Duration;
+/// use suprnova::cache::{MemoryStore, Store};
+/// use suprnova::clock::FakeClock;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let clock = FakeClock::at_unix(1_000);
+/// let store = MemoryStore::with_clock(clock.shared());
+/// store.put("k", "1", Duration::from_secs(10)).await?;
+/// assert_eq!(store.increment("k", 2).await?, 3);
+/// clock.advance(Duration::from_secs(10));
+/// assert_eq!(store.get("k").await?, None);
+/// # Ok::<(), suprnova::cache::CacheError>(())
+/// # }).unwrap();
+/// ```
+pub struct MemoryStore {
+    entries: ShardedMap<Entry>,
+    clock: SharedClock,
+    sweep: SweepSchedule,
+}
+
+#[derive(Debug, Clone)]
+struct Entry {
+    value: String,
+    /// When the entry expires, as a duration since the Unix epoch.
+    expires_at: Option<Duration>,
+}
+
+impl Entry {
+    fn is_live(&self, now: Duration) -> bool {
+        self.expires_at.is_none_or(|at| now < at)
+    }
+}
+
+impl MemoryStore {
+    /// How often expired entries are swept by default: once a minute.
+    pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(60);
+
+    /// A store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(clock::system())
+    }
+
+    /// A store on `clock`.
+    pub fn with_clock(clock: SharedClock) -> Self {
+        let threads = std::thread::available_parallelism().map_or(1, usize::from);
+        let sweep = SweepSchedule::new(clock.unix_millis(), millis(Self::DEFAULT_SWEEP_INTERVAL));
+        Self {
+            entries: ShardedMap::new((threads * 4).max(16)),
+            clock,
+            sweep,
+        }
+    }
+
+    /// Sweeps expired entries every `every` instead of once a minute.
+    pub fn with_sweep_interval(mut self, every: Duration) -> Self {
+        self.sweep = SweepSchedule::new(self.clock.unix_millis(), millis(every));
+        self
+    }
+
+    /// How many entries the store holds, counting expired ones that no call
+    /// has removed yet.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether the store holds no entry.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Removes every expired entry now.
+    pub fn sweep(&self) {
+        let now = self.clock.now();
+        self.entries.retain(|_, entry| entry.is_live(now));
+    }
+
+    /// Runs `f` on the shard of `key` with the live entry (an expired one is
+    /// removed first), after sweeping when a sweep is due.
+    fn with_entry<T>(&self, key: &str, f: impl FnOnce(&mut Shard<Entry>, Duration) -> T) -> T {
+        let now = self.clock.now();
+        if self.sweep.claim(millis(now)) {
+            self.sweep();
+        }
+        let mut shard = self.entries.lock_for(key);
+        if shard.get(key).is_some_and(|e| !e.is_live(now)) {
+            shard.remove(key);
+        }
+        f(&mut shard, now)
+    }
+
+    fn expiry(now: Duration, ttl: Duration) -> Option<Duration> {
+        Some(now.saturating_add(ttl.max(Duration::from_secs(1))))
+    }
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("entries", &self.len())
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn get(&self, key: &str) -> Result<Option<String>, CacheError> {
+        Ok(self.with_entry(key, |shard, _| shard.get(key).map(|e| e.value.clone())))
+    }
+
+    async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
+        self.with_entry(key, |shard, now| {
+            let entry = Entry {
+                value: value.to_owned(),
+                expires_at: Self::expiry(now, ttl),
+            };
+            shard.insert(key.into(), entry);
+        });
+        Ok(())
+    }
+
+    async fn add(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CacheError> {
+        Ok(self.with_entry(key, |shard, now| {
+            if shard.contains_key(key) {
+                return false;
+            }
+            let entry = Entry {
+                value: value.to_owned(),
+                expires_at: Self::expiry(now, ttl),
+            };
+            shard.insert(key.into(), entry);
+            true
+        }))
+    }
+
+    async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError> {
+        self.with_entry(key, |shard, _| {
+            let current = match shard.get(key) {
+                Some(entry) => parse_integer(key, &entry.value)?,
+                None => 0,
+            };
+            let next = current
+                .checked_add(by)
+                .ok_or_else(|| CacheError::Overflow {
+                    key: key.to_owned(),
+                })?;
+            match shard.get_mut(key) {
+                Some(entry) => entry.value = next.to_string(),
+                None => {
+                    let entry = Entry {
+                        value: next.to_string(),
+                        expires_at: None,
+                    };
+                    shard.insert(key.into(), entry);
+                }
+            }
+            Ok(next)
+        })
+    }
+
+    async fn increment_if_below(
+        &self,
+        key: &str,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        self.with_entry(key, |shard, now| {
+            let current = match shard.get(key) {
+                Some(entry) => parse_integer(key, &entry.value)?,
+                None => 0,
+            };
+            let outcome = IncrementOutcome::decide(current, amount, ceiling);
+            if outcome.counted {
+                let decay = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
+                // Look up before inserting: only a new key allocates.
+                match shard.get_mut(key) {
+                    Some(entry) => {
+                        entry.value = outcome.count.to_string();
+                        if entry.expires_at.is_none() {
+                            entry.expires_at = Self::expiry(now, decay);
+                        }
+                    }
+                    None => {
+                        let entry = Entry {
+                            value: outcome.count.to_string(),
+                            expires_at: Self::expiry(now, decay),
+                        };
+                        shard.insert(key.into(), entry);
+                    }
+                }
+            }
+            Ok(outcome)
+        })
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, CacheError> {
+        Ok(self.with_entry(key, |shard, _| shard.remove(key).is_some()))
+    }
+
+    async fn ttl(&self, key: &str) -> Result<Option<Duration>, CacheError> {
+        Ok(self.with_entry(key, |shard, now| {
+            shard
+                .get(key)
+                .and_then(|e| e.expires_at)
+                .map(|at| at.saturating_sub(now))
+        }))
+    }
+
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+}
+
+fn millis(at: Duration) -> u64 {
+    u64::try_from(at.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::clock::FakeClock;
+
+    #[tokio::test]
+    async fn a_due_sweep_removes_expired_entries_of_every_shard() {
+        let clock = FakeClock::at_unix(1_000);
+        let store =
+            MemoryStore::with_clock(clock.shared()).with_sweep_interval(Duration::from_secs(30));
+        for i in 0..500 {
+            store
+                .put(&format!("k{i}"), "1", Duration::from_secs(5))
+                .await
+                .unwrap();
+        }
+        store
+            .put("long", "1", Duration::from_secs(3600))
+            .await
+            .unwrap();
+        assert_eq!(store.len(), 501);
+        clock.advance(Duration::from_secs(29));
+        store.get("other").await.unwrap();
+        assert_eq!(store.len(), 501, "no sweep before the interval");
+        clock.advance(Duration::from_secs(1));
+        store.get("other").await.unwrap();
+        assert_eq!(store.len(), 1);
+        assert_eq!(store.get("long").await.unwrap().as_deref(), Some("1"));
+    }
+
+    #[tokio::test]
+    async fn a_clock_set_back_does_not_stop_sweeping() {
+        let clock = FakeClock::at_unix(1_000);
+        let store =
+            MemoryStore::with_clock(clock.shared()).with_sweep_interval(Duration::from_secs(30));
+        clock.set(chrono::DateTime::from_timestamp(900, 0).unwrap());
+        for i in 0..100 {
+            store
+                .put(&format!("k{i}"), "1", Duration::from_secs(5))
+                .await
+                .unwrap();
+        }
+        clock.advance(Duration::from_secs(31));
+        store.get("other").await.unwrap();
+        assert_eq!(store.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn an_expired_entry_is_removed_when_a_call_finds_it() {
+        let clock = FakeClock::at_unix(1_000);
+        let store = MemoryStore::with_clock(clock.shared());
+        store.put("k", "1", Duration::from_secs(2)).await.unwrap();
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(store.len(), 1);
+        assert!(!store.has("k").await.unwrap());
+        assert_eq!(store.len(), 0);
+    }
+}

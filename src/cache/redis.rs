@@ -1,0 +1,208 @@
+//! `RedisStore`: the cache in Redis, with the key and value layout of
+//! Laravel's Redis cache store.
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use ::redis::{Script, cmd};
+use async_trait::async_trait;
+
+use super::store::{CacheError, IncrementOutcome, Store};
+use crate::redis_client::RedisConnection;
+
+/// The `add` script, the one Laravel's Redis store runs.
+static ADD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("add.lua")));
+/// The conditional increment.
+static INCREMENT_IF_BELOW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("increment_if_below.lua")));
+
+/// A cache store in Redis (one node or a Redis Cluster), laid out as
+/// Laravel's Redis cache store lays it out, so that a Laravel application
+/// and this crate on one Redis read and write the same entries.
+///
+/// # Layout
+///
+/// - **Keys.** Every key is `<prefix><key>`. Laravel 11 and later compose
+///   the prefix as `<Redis connection prefix><cache prefix>`, with nothing
+///   between them or before the key. [`RedisStore::new`] uses Laravel 13's
+///   defaults, [`DEFAULT_PREFIX`](RedisStore::DEFAULT_PREFIX)
+///   (`laravel-database-laravel-cache-`); set
+///   [`with_prefix`](RedisStore::with_prefix) to match another application:
+///
+///   | Laravel application | prefix |
+///   | --- | --- |
+///   | framework 13 defaults, skeleton 12.x since v12.1.0 (`REDIS_PREFIX` `laravel-database-`, `CACHE_PREFIX` `laravel-cache-`) | `laravel-database-laravel-cache-` |
+///   | skeletons 10.x, 11.x, 12.0.x (`laravel_database_`, `laravel_cache_`) | `laravel_database_laravel_cache_` |
+///   | Laravel 10 and earlier, whose store appends `:` to the cache prefix | `laravel_database_laravel_cache_:` |
+///   | an app that sets `REDIS_PREFIX` / `CACHE_PREFIX` | the two values, concatenated |
+///
+///   The prefixes derive from `APP_NAME` when they are not set; see
+///   [`CacheConfig`](super::CacheConfig), which reads all of this from the
+///   environment. Laravel keeps its cache in the database of its `cache`
+///   Redis connection, `REDIS_CACHE_DB`, which is 1 by default: point the
+///   connection at the same database.
+/// - **Values.** Integers are stored as plain decimal strings (`"2"`), as
+///   Laravel stores numbers; the facade's timer is a decimal Unix time.
+///   Reading a timer also accepts the `i:<n>;` form that a Laravel
+///   application configured with a phpredis serializer writes.
+/// - **Times to live** are whole seconds (`EX`), at least 1.
+///
+/// # Commands
+///
+/// Every operation is one command or one script on one key, so it runs on a
+/// Redis Cluster, where a key and its `:timer` live in different slots:
+/// `get` is `GET`, `put` is `SETEX`, `add` is a script that runs `EXISTS`
+/// then `SETEX` (Laravel's), `increment` and `decrement` are `INCRBY` and
+/// `DECRBY`, `increment_if_below` is one script, `forget` is `DEL`, `ttl` is
+/// `PTTL`. Every call is bounded by the connection's timeouts and then fails
+/// with [`CacheError::Timeout`].
+///
+/// ```no_run
+/// use suprnova::cache::{RedisStore, Store};
+/// use suprnova::redis_client::{RedisConfig, RedisConnection};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// // The cache database of a Laravel skeleton is 1.
+/// let conn = RedisConnection::new(RedisConfig::from_url("redis://127.0.0.1:6379/1")?)?;
+/// // A Laravel 11 application with the skeleton's defaults.
+/// let store = RedisStore::new(conn).with_prefix("laravel_database_laravel_cache_");
+/// let hits = store.increment("login:203.0.113.5", 1).await?;
+/// # let _ = hits;
+/// # Ok(())
+/// # }
+/// ```
+#[derive(Debug, Clone)]
+pub struct RedisStore {
+    conn: RedisConnection,
+    prefix: String,
+}
+
+impl RedisStore {
+    /// Laravel 13's default Redis connection prefix, `REDIS_PREFIX`
+    /// (`Str::slug(APP_NAME).'-database-'` with `APP_NAME=Laravel`).
+    pub const LARAVEL_REDIS_PREFIX: &'static str = "laravel-database-";
+    /// Laravel 13's default cache prefix, `CACHE_PREFIX`
+    /// (`Str::slug(APP_NAME).'-cache-'`).
+    pub const LARAVEL_CACHE_PREFIX: &'static str = "laravel-cache-";
+    /// The prefix [`RedisStore::new`] uses: the two above, concatenated.
+    pub const DEFAULT_PREFIX: &'static str = "laravel-database-laravel-cache-";
+
+    /// A store on `conn` with [`RedisStore::DEFAULT_PREFIX`].
+    pub fn new(conn: RedisConnection) -> Self {
+        Self {
+            conn,
+            prefix: Self::DEFAULT_PREFIX.to_owned(),
+        }
+    }
+
+    /// Puts `prefix` (the whole of it: the Redis prefix and the cache prefix
+    /// together) before every key. An empty prefix stores keys as given.
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// The prefix before every key.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The connection.
+    pub fn connection(&self) -> &RedisConnection {
+        &self.conn
+    }
+
+    fn full_key(&self, key: &str) -> String {
+        let mut full = String::with_capacity(self.prefix.len() + key.len());
+        full.push_str(&self.prefix);
+        full.push_str(key);
+        full
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn get(&self, key: &str) -> Result<Option<String>, CacheError> {
+        Ok(self.conn.query(cmd("GET").arg(self.full_key(key))).await?)
+    }
+
+    async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
+        let mut setex = cmd("SETEX");
+        setex
+            .arg(self.full_key(key))
+            .arg(ttl_seconds(ttl))
+            .arg(value);
+        Ok(self.conn.query(&setex).await?)
+    }
+
+    async fn add(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CacheError> {
+        let mut invocation = ADD.key(self.full_key(key));
+        invocation.arg(value).arg(ttl_seconds(ttl));
+        let stored: i64 = self.conn.invoke(&invocation).await?;
+        Ok(stored == 1)
+    }
+
+    async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError> {
+        Ok(self
+            .conn
+            .query(cmd("INCRBY").arg(self.full_key(key)).arg(by))
+            .await?)
+    }
+
+    async fn decrement(&self, key: &str, by: i64) -> Result<i64, CacheError> {
+        Ok(self
+            .conn
+            .query(cmd("DECRBY").arg(self.full_key(key)).arg(by))
+            .await?)
+    }
+
+    async fn increment_if_below(
+        &self,
+        key: &str,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        let mut invocation = INCREMENT_IF_BELOW.key(self.full_key(key));
+        invocation
+            .arg(decay_seconds.max(1))
+            .arg(amount)
+            .arg(ceiling);
+        let (counted, count): (i64, i64) = self.conn.invoke(&invocation).await?;
+        Ok(IncrementOutcome {
+            counted: counted == 1,
+            count,
+        })
+    }
+
+    async fn forget(&self, key: &str) -> Result<bool, CacheError> {
+        let removed: i64 = self.conn.query(cmd("DEL").arg(self.full_key(key))).await?;
+        Ok(removed > 0)
+    }
+
+    async fn ttl(&self, key: &str) -> Result<Option<Duration>, CacheError> {
+        // PTTL answers -2 for a missing key and -1 for one without expiry.
+        let millis: i64 = self.conn.query(cmd("PTTL").arg(self.full_key(key))).await?;
+        Ok(u64::try_from(millis).ok().map(Duration::from_millis))
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+}
+
+/// A time to live as whole seconds, at least 1 (Laravel's `max(1, $seconds)`).
+fn ttl_seconds(ttl: Duration) -> u64 {
+    ttl.as_secs().max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_is_whole_seconds_and_at_least_one() {
+        assert_eq!(ttl_seconds(Duration::ZERO), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(2900)), 2);
+    }
+}

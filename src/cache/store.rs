@@ -1,0 +1,234 @@
+//! The `Store` SPI: what a cache backend offers the facade.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use crate::http::BoxError;
+
+/// A cache store: string values under string keys, each with an optional
+/// time to live.
+///
+/// Values are strings because that is how Laravel's Redis store keeps them:
+/// integers as plain decimal strings (`"2"`, `"1796202328"`), so a Laravel
+/// application and this crate read and write the same counters. Every
+/// operation is atomic on its one key.
+///
+/// A time to live is at least one second: a shorter one is raised to one
+/// second, as Laravel's Redis store does. The Redis store keeps whole
+/// seconds (the remainder is dropped); the memory store keeps the duration as
+/// given.
+///
+/// Implementations: [`MemoryStore`](super::MemoryStore) and, with the
+/// `redis` feature, [`RedisStore`](super::RedisStore). The store an
+/// application uses is installed in the container as `Arc<dyn Store>`.
+///
+/// A store of your own, for example one that keeps nothing:
+///
+/// ```
+/// use std::time::Duration;
+/// use suprnova::async_trait;
+/// use suprnova::cache::{CacheError, IncrementOutcome, Store};
+///
+/// #[derive(Debug)]
+/// struct Forgetful;
+///
+/// #[async_trait]
+/// impl Store for Forgetful {
+///     async fn get(&self, _key: &str) -> Result<Option<String>, CacheError> { Ok(None) }
+///     async fn put(&self, _key: &str, _value: &str, _ttl: Duration) -> Result<(), CacheError> { Ok(()) }
+///     async fn add(&self, _key: &str, _value: &str, _ttl: Duration) -> Result<bool, CacheError> { Ok(true) }
+///     async fn increment(&self, _key: &str, by: i64) -> Result<i64, CacheError> { Ok(by) }
+///     async fn increment_if_below(
+///         &self, _key: &str, _decay_seconds: i64, amount: i64, ceiling: i64,
+///     ) -> Result<IncrementOutcome, CacheError> {
+///         Ok(IncrementOutcome::decide(0, amount, ceiling))
+///     }
+///     async fn forget(&self, _key: &str) -> Result<bool, CacheError> { Ok(false) }
+///     async fn ttl(&self, _key: &str) -> Result<Option<Duration>, CacheError> { Ok(None) }
+///     fn name(&self) -> &'static str { "forgetful" }
+/// }
+/// ```
+#[async_trait]
+pub trait Store: fmt::Debug + Send + Sync + 'static {
+    /// The value under `key`; `None` when it is missing or has expired.
+    async fn get(&self, key: &str) -> Result<Option<String>, CacheError>;
+
+    /// Stores `value` under `key` for `ttl`, replacing what was there.
+    async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError>;
+
+    /// Stores `value` under `key` for `ttl` only when the key is absent;
+    /// `true` when it stored it. An existing key keeps its value and its time
+    /// to live.
+    async fn add(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CacheError>;
+
+    /// Adds `by` to the integer under `key` and returns the new value. A
+    /// missing key starts at 0 and gets no time to live (as Redis `INCRBY`
+    /// does); an existing key keeps its time to live. A value that is not an
+    /// integer, or a sum that overflows `i64`, is an error.
+    async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError>;
+
+    /// Subtracts `by` from the integer under `key`; see [`Store::increment`].
+    async fn decrement(&self, key: &str, by: i64) -> Result<i64, CacheError> {
+        let by = by.checked_neg().ok_or_else(|| CacheError::Overflow {
+            key: key.to_owned(),
+        })?;
+        self.increment(key, by).await
+    }
+
+    /// Adds `amount` to the integer under `key` only when the result stays at
+    /// or below `ceiling`, in one atomic step.
+    ///
+    /// A missing key counts from 0. When it counts, a key without a time to
+    /// live (a new one) gets `decay_seconds` (at least 1); an existing time to
+    /// live is kept. When it does not count, the value is left untouched and
+    /// the outcome carries it (0 for a missing key).
+    async fn increment_if_below(
+        &self,
+        key: &str,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError>;
+
+    /// Removes `key`; `true` when it was there.
+    async fn forget(&self, key: &str) -> Result<bool, CacheError>;
+
+    /// How long `key` has left; `None` when it is missing or never expires.
+    async fn ttl(&self, key: &str) -> Result<Option<Duration>, CacheError>;
+
+    /// Whether `key` holds a value.
+    async fn has(&self, key: &str) -> Result<bool, CacheError> {
+        Ok(self.get(key).await?.is_some())
+    }
+
+    /// A short name for logs: `memory`, `redis`.
+    fn name(&self) -> &'static str;
+}
+
+/// What [`Store::increment_if_below`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct IncrementOutcome {
+    /// Whether the amount was added.
+    pub counted: bool,
+    /// The value after the call: the new count when it counted, the
+    /// untouched one (0 for a missing key) when it did not.
+    pub count: i64,
+}
+
+impl IncrementOutcome {
+    /// The outcome for a key holding `current`: counted (with the new count)
+    /// when `current + amount <= ceiling`, otherwise `current` untouched. A
+    /// sum that overflows `i64` does not count.
+    ///
+    /// ```
+    /// use suprnova::cache::IncrementOutcome;
+    ///
+    /// assert_eq!(IncrementOutcome::decide(4, 1, 5), IncrementOutcome { counted: true, count: 5 });
+    /// assert_eq!(IncrementOutcome::decide(5, 1, 5), IncrementOutcome { counted: false, count: 5 });
+    /// assert!(IncrementOutcome::decide(i64::MAX, 1, i64::MAX).count == i64::MAX);
+    /// ```
+    pub fn decide(current: i64, amount: i64, ceiling: i64) -> Self {
+        match current.checked_add(amount) {
+            Some(next) if next <= ceiling => Self {
+                counted: true,
+                count: next,
+            },
+            _ => Self {
+                counted: false,
+                count: current,
+            },
+        }
+    }
+}
+
+/// A cache store that could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum CacheError {
+    /// The backend failed: Redis unreachable, a script error, a reply of the
+    /// wrong type.
+    #[error("cache backend failed: {0}")]
+    Backend(#[source] BoxError),
+    /// The backend did not answer in time.
+    #[error("cache backend did not answer within {0:?}")]
+    Timeout(Duration),
+    /// An integer operation found a value that is not an integer.
+    #[error("the cache value under {key:?} is not an integer: {value:?}")]
+    NotAnInteger {
+        /// The key.
+        key: String,
+        /// The value found.
+        value: String,
+    },
+    /// An integer operation would leave the range of `i64`.
+    #[error("the cache value under {key:?} would overflow a 64-bit integer")]
+    Overflow {
+        /// The key.
+        key: String,
+    },
+}
+
+impl CacheError {
+    /// Whether the backend did not answer in time.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, CacheError::Timeout(_))
+    }
+
+    /// Whether the backend failed or timed out, as opposed to a value that
+    /// does not fit the operation.
+    pub fn is_backend(&self) -> bool {
+        matches!(self, CacheError::Backend(_) | CacheError::Timeout(_))
+    }
+}
+
+#[cfg(feature = "redis")]
+impl From<crate::redis_client::RedisBackendError> for CacheError {
+    fn from(e: crate::redis_client::RedisBackendError) -> Self {
+        match e {
+            crate::redis_client::RedisBackendError::Timeout(d) => CacheError::Timeout(d),
+            other => CacheError::Backend(Box::new(other)),
+        }
+    }
+}
+
+/// Parses a stored integer: a decimal string, or the PHP-serialized form
+/// `i:<n>;` that a Laravel app configured with a phpredis serializer writes
+/// for the timer.
+pub(crate) fn parse_integer(key: &str, value: &str) -> Result<i64, CacheError> {
+    let digits = value
+        .strip_prefix("i:")
+        .and_then(|v| v.strip_suffix(';'))
+        .unwrap_or(value);
+    digits.parse::<i64>().map_err(|_| CacheError::NotAnInteger {
+        key: key.to_owned(),
+        value: value.to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_plain_and_php_serialized_integers() {
+        assert_eq!(parse_integer("k", "42").unwrap(), 42);
+        assert_eq!(parse_integer("k", "-3").unwrap(), -3);
+        assert_eq!(parse_integer("k", "i:1796202336;").unwrap(), 1_796_202_336);
+        let err = parse_integer("k", "abc").unwrap_err().to_string();
+        assert!(err.contains("\"k\"") && err.contains("abc"), "{err}");
+    }
+
+    #[test]
+    fn decide_refuses_overflow_and_the_ceiling() {
+        assert_eq!(
+            IncrementOutcome::decide(0, 3, 2),
+            IncrementOutcome {
+                counted: false,
+                count: 0
+            }
+        );
+        assert!(!IncrementOutcome::decide(i64::MAX, 1, i64::MAX).counted);
+        assert!(IncrementOutcome::decide(i64::MAX - 1, 1, i64::MAX).counted);
+    }
+}

@@ -1,0 +1,141 @@
+//! The named limiters an application registers at boot, kept in the
+//! container.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, RwLock};
+
+use super::limit::Limit;
+use super::limit_result::LimitResult;
+use crate::container::App;
+use crate::http::Request;
+
+/// A named-limiter callback, as [`RateLimiter::limiter`](crate::RateLimiter::limiter)
+/// returns it.
+pub type NamedLimiter = Arc<dyn Fn(&Request) -> LimitResult + Send + Sync>;
+
+/// The named limiters of one container: name to callback.
+///
+/// [`RateLimiter::define`](crate::RateLimiter::define) registers in the
+/// registry of [`App::current`] (installing an empty one on first use), so
+/// tests that run in their own [`App::scope`] see only their own limiters.
+///
+/// ```
+/// use suprnova::limiter::NamedLimiters;
+/// use suprnova::{Limit, Request};
+///
+/// let limiters = NamedLimiters::new();
+/// limiters.define("api", |_req| {
+///     vec![Limit::per_minute(60).by("a"), Limit::per_day(1_000).by("a")].into()
+/// });
+/// let req = Request::new(http::Request::get("/").body(String::new()).unwrap());
+/// let result = limiters.limiter("api").unwrap()(&req);
+/// let keys: Vec<&str> = result.limits().iter().map(|l| l.key.as_str()).collect();
+/// assert_eq!(keys, ["a:attempts:60:decay:60", "a:attempts:1000:decay:86400"]);
+/// assert!(limiters.limiter("missing").is_none());
+/// ```
+#[derive(Default)]
+pub struct NamedLimiters {
+    limiters: RwLock<HashMap<String, NamedLimiter>>,
+}
+
+impl NamedLimiters {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The registry of [`App::current`], installed there on first use.
+    pub fn current() -> Arc<NamedLimiters> {
+        App::current().get_or_install(|| Arc::new(NamedLimiters::new()))
+    }
+
+    /// Registers `callback` under `name`, replacing an earlier one.
+    pub fn define(
+        &self,
+        name: impl Into<String>,
+        callback: impl Fn(&Request) -> LimitResult + Send + Sync + 'static,
+    ) {
+        self.limiters
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(name.into(), Arc::new(callback));
+    }
+
+    /// The callback registered under `name`, wrapped as Laravel wraps it:
+    /// when its result holds several limits and two or more share a key,
+    /// each of those limits counts under its
+    /// [`fallback_key`](Limit::fallback_key). `None` when nothing is
+    /// registered under `name`.
+    pub fn limiter(&self, name: &str) -> Option<NamedLimiter> {
+        let registered = self
+            .limiters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(name)
+            .cloned()?;
+        Some(Arc::new(move |request: &Request| {
+            match registered(request) {
+                LimitResult::Limits(mut limits) => {
+                    apply_fallback_keys(&mut limits);
+                    LimitResult::Limits(limits)
+                }
+                other => other,
+            }
+        }))
+    }
+
+    /// The registered names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .limiters
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        names.sort_unstable();
+        names
+    }
+}
+
+impl fmt::Debug for NamedLimiters {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NamedLimiters")
+            .field("names", &self.names())
+            .finish()
+    }
+}
+
+/// Gives every limit whose key another limit of `limits` shares its
+/// [`fallback_key`](Limit::fallback_key), so that limits with one key and
+/// different windows count in separate buckets. Every member of a group of
+/// equal keys is renamed, the first included, as Laravel does. Keys are
+/// compared as written (`café` and `cafe` differ here, though they clean to
+/// one bucket).
+///
+/// ```
+/// use suprnova::Limit;
+/// use suprnova::limiter::apply_fallback_keys;
+///
+/// let mut limits = vec![
+///     Limit::per_second(3, 1).by("u1"),
+///     Limit::per_minute(5).by("u1"),
+///     Limit::per_hour(100).by("other"),
+/// ];
+/// apply_fallback_keys(&mut limits);
+/// let keys: Vec<&str> = limits.iter().map(|l| l.key.as_str()).collect();
+/// assert_eq!(keys, ["u1:attempts:3:decay:1", "u1:attempts:5:decay:60", "other"]);
+/// ```
+pub fn apply_fallback_keys(limits: &mut [Limit]) {
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for limit in limits.iter() {
+        *seen.entry(limit.key.as_str()).or_default() += 1;
+    }
+    let shared: Vec<bool> = limits.iter().map(|l| seen[l.key.as_str()] > 1).collect();
+    for (limit, shared) in limits.iter_mut().zip(shared) {
+        if shared {
+            limit.key = limit.fallback_key();
+        }
+    }
+}

@@ -1,0 +1,373 @@
+//! `CacheRateLimiter`: Laravel's fixed-window rate limiter over a cache
+//! store.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::clean_key::clean_rate_limiter_key;
+use crate::cache::{CacheError, IncrementOutcome, Store, parse_integer};
+use crate::clock::SharedClock;
+
+/// Laravel's `Illuminate\Cache\RateLimiter`: a fixed-window counter kept in
+/// a cache [`Store`], with its time read from an injected clock.
+///
+/// The static [`RateLimiter`](crate::RateLimiter) facade calls the instance
+/// installed in the container; tests and libraries can hold one directly.
+///
+/// # Storage
+///
+/// For a key `K` (after [cleaning](CacheRateLimiter::clean_rate_limiter_key))
+/// and a window of `D` seconds, two entries, exactly as Laravel writes them:
+///
+/// | key | value | time to live |
+/// | --- | --- | --- |
+/// | `K` | the count, an integer | `D`, set when the window opens |
+/// | `K:timer` | the end of the window in Unix seconds: `floor(now) + D` | `D`, set when the window opens |
+///
+/// The window opens at the first hit: the timer is written with
+/// [`Store::add`], so only the first caller of a window writes it, and the
+/// counter with [`Store::increment_if_below`], which gives a new counter its
+/// time to live in the same atomic step as the count. Later hits extend
+/// neither time to live. When both expire the next hit opens a new window.
+///
+/// A window of 0 seconds or less stores nothing: the hit returns the amount
+/// and never limits, as in Laravel.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use suprnova::cache::MemoryStore;
+/// use suprnova::clock::FakeClock;
+/// use suprnova::limiter::CacheRateLimiter;
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let clock = FakeClock::at_unix(946_684_800);
+/// let limiter =
+///     CacheRateLimiter::new(Arc::new(MemoryStore::with_clock(clock.shared())), clock.shared());
+/// assert_eq!(limiter.hit("k", 60).await?, 1);
+/// assert_eq!(limiter.hit("k", 60).await?, 2);
+/// assert_eq!(limiter.remaining("k", 5).await?, 3);
+/// assert!(limiter.too_many_attempts("k", 2).await?);
+/// clock.advance(Duration::from_secs(59));
+/// assert_eq!(limiter.available_in("k").await?, 1);
+/// clock.advance(Duration::from_secs(1));
+/// assert_eq!(limiter.attempts("k").await?, 0);
+/// # Ok::<(), suprnova::cache::CacheError>(())
+/// # }).unwrap();
+/// ```
+#[derive(Clone)]
+pub struct CacheRateLimiter {
+    store: Arc<dyn Store>,
+    clock: SharedClock,
+}
+
+/// Where a window ends and how long its entries live.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    /// The value of `K:timer`: the end of the window in Unix seconds.
+    ends_at: i64,
+    /// The time to live of both entries, in seconds; 0 or less opens no
+    /// window.
+    ttl_seconds: i64,
+}
+
+impl Window {
+    fn opens(self) -> bool {
+        self.ttl_seconds > 0
+    }
+
+    fn ttl(self) -> Duration {
+        Duration::from_secs(self.ttl_seconds.max(0).unsigned_abs())
+    }
+}
+
+impl CacheRateLimiter {
+    /// A limiter over `store` whose windows read `clock`.
+    pub fn new(store: Arc<dyn Store>, clock: SharedClock) -> Self {
+        Self { store, clock }
+    }
+
+    /// The store the counters live in.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// The clock the windows read.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+
+    /// Cleans a key as Laravel does; see
+    /// [`clean_rate_limiter_key`](super::clean_rate_limiter_key).
+    pub fn clean_rate_limiter_key(key: &str) -> String {
+        clean_rate_limiter_key(key)
+    }
+
+    /// Counts one attempt in a window of `decay_seconds`, opening the window
+    /// when none is open, and returns the count.
+    pub async fn hit(&self, key: &str, decay_seconds: i64) -> Result<i64, CacheError> {
+        self.increment(key, decay_seconds, 1).await
+    }
+
+    /// Counts one attempt in a window of 60 seconds: Laravel's `hit($key)`.
+    pub async fn hit_for_minute(&self, key: &str) -> Result<i64, CacheError> {
+        self.hit(key, 60).await
+    }
+
+    /// Counts one attempt in a window that ends at `until` (the timer holds
+    /// its Unix second; the entries live for the whole seconds left, rounded
+    /// up). A time that has passed opens no window: the hit counts in a
+    /// window that is already open, and leaves nothing behind otherwise.
+    pub async fn hit_until(&self, key: &str, until: DateTime<Utc>) -> Result<i64, CacheError> {
+        let now_ms = i64::try_from(self.clock.unix_millis()).unwrap_or(i64::MAX);
+        let left_ms = until.timestamp_millis().saturating_sub(now_ms);
+        let window = Window {
+            ends_at: until.timestamp(),
+            ttl_seconds: if left_ms > 0 {
+                left_ms.saturating_add(999) / 1000
+            } else {
+                0
+            },
+        };
+        self.count(&clean_rate_limiter_key(key), window, 1).await
+    }
+
+    /// Counts one attempt and tells whether it went over `max_attempts`:
+    /// `true` means refuse the request. The count and the comparison come
+    /// from the same atomic increment, so concurrent callers never slip past
+    /// the limit, as they can between a
+    /// [`too_many_attempts`](Self::too_many_attempts) and a [`hit`](Self::hit).
+    /// Refused attempts are counted too. `i64::MAX` as the maximum is
+    /// unlimited: always `false`, still counted.
+    pub async fn hit_and_check(
+        &self,
+        key: &str,
+        max_attempts: i64,
+        decay_seconds: i64,
+    ) -> Result<bool, CacheError> {
+        let hits = self.hit(key, decay_seconds).await?;
+        Ok(max_attempts != i64::MAX && hits > max_attempts)
+    }
+
+    /// Adds `amount` attempts in a window of `decay_seconds` and returns the
+    /// count; for limits where a request costs more than one attempt.
+    pub async fn increment(
+        &self,
+        key: &str,
+        decay_seconds: i64,
+        amount: i64,
+    ) -> Result<i64, CacheError> {
+        let window = self.window(decay_seconds);
+        self.count(&clean_rate_limiter_key(key), window, amount)
+            .await
+    }
+
+    /// Takes `amount` attempts back (the count may go to 0 or below), in a
+    /// window of `decay_seconds` that it opens when none is open, as
+    /// Laravel's `decrement` does.
+    pub async fn decrement(
+        &self,
+        key: &str,
+        decay_seconds: i64,
+        amount: i64,
+    ) -> Result<i64, CacheError> {
+        self.increment(key, decay_seconds, amount.saturating_neg())
+            .await
+    }
+
+    /// The count of the open window; 0 when none is open.
+    pub async fn attempts(&self, key: &str) -> Result<i64, CacheError> {
+        self.attempts_of(&clean_rate_limiter_key(key)).await
+    }
+
+    /// The whole seconds until the window ends (`timer - now`, at least 0);
+    /// 0 when no window is open. It can be 0 while the window is still open
+    /// for a fraction of a second, as in Laravel.
+    pub async fn available_in(&self, key: &str) -> Result<i64, CacheError> {
+        let timer = timer_key(&clean_rate_limiter_key(key));
+        let ends_at = match self.store.get(&timer).await? {
+            Some(value) => parse_integer(&timer, &value)?,
+            None => return Ok(0),
+        };
+        Ok(ends_at.saturating_sub(self.clock.unix_seconds()).max(0))
+    }
+
+    /// How many attempts are left of `max_attempts` (never below 0).
+    pub async fn remaining(&self, key: &str, max_attempts: i64) -> Result<i64, CacheError> {
+        let attempts = self.attempts(key).await?;
+        Ok(max_attempts.saturating_sub(attempts).max(0))
+    }
+
+    /// Laravel's spelling of [`remaining`](Self::remaining).
+    pub async fn retries_left(&self, key: &str, max_attempts: i64) -> Result<i64, CacheError> {
+        self.remaining(key, max_attempts).await
+    }
+
+    /// Whether the window is full: the count has reached `max_attempts` and
+    /// the window is still open. A count at its maximum whose timer is gone
+    /// is removed (and the answer is `false`), so the next hit opens a new
+    /// window.
+    pub async fn too_many_attempts(
+        &self,
+        key: &str,
+        max_attempts: i64,
+    ) -> Result<bool, CacheError> {
+        let key = clean_rate_limiter_key(key);
+        if self.attempts_of(&key).await? < max_attempts {
+            return Ok(false);
+        }
+        if self.store.has(&timer_key(&key)).await? {
+            return Ok(true);
+        }
+        self.store.forget(&key).await?;
+        Ok(false)
+    }
+
+    /// Removes the count and keeps the timer (the window stays pinned);
+    /// `true` when there was a count.
+    pub async fn reset_attempts(&self, key: &str) -> Result<bool, CacheError> {
+        self.store.forget(&clean_rate_limiter_key(key)).await
+    }
+
+    /// Removes the count and the timer.
+    pub async fn clear(&self, key: &str) -> Result<(), CacheError> {
+        let key = clean_rate_limiter_key(key);
+        self.store.forget(&key).await?;
+        self.store.forget(&timer_key(&key)).await?;
+        Ok(())
+    }
+
+    /// Runs `callback` and counts one attempt when the window is not full;
+    /// returns `None` without running it when it is. The attempt is counted
+    /// after the callback has run, as in Laravel.
+    pub async fn attempt<F, Fut, T>(
+        &self,
+        key: &str,
+        max_attempts: i64,
+        callback: F,
+        decay_seconds: i64,
+    ) -> Result<Option<T>, CacheError>
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = T>,
+    {
+        if self.too_many_attempts(key, max_attempts).await? {
+            return Ok(None);
+        }
+        let value = callback().await;
+        self.hit(key, decay_seconds).await?;
+        Ok(Some(value))
+    }
+
+    /// Adds `amount` only while the count stays at or below `ceiling`, in
+    /// one atomic step of the store, opening the window when none is open.
+    /// A call that does not count changes nothing and carries the count it
+    /// found. A window of 0 seconds or less stores nothing and counts
+    /// whenever `amount <= ceiling`.
+    pub async fn increment_if_below(
+        &self,
+        key: &str,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        let key = clean_rate_limiter_key(key);
+        let window = self.window(decay_seconds);
+        if !window.opens() {
+            return Ok(IncrementOutcome::decide(0, amount, ceiling));
+        }
+        if amount <= ceiling {
+            // The timer first, as in `count`.
+            self.store
+                .add(&timer_key(&key), &window.ends_at.to_string(), window.ttl())
+                .await?;
+            return self
+                .store
+                .increment_if_below(&key, window.ttl_seconds, amount, ceiling)
+                .await;
+        }
+        // An amount above the ceiling counts only on a count below zero,
+        // which a decrement left in a window it opened. Count first, so that
+        // a refused call on a fresh key writes nothing at all.
+        let outcome = self
+            .store
+            .increment_if_below(&key, window.ttl_seconds, amount, ceiling)
+            .await?;
+        if outcome.counted {
+            self.store
+                .add(&timer_key(&key), &window.ends_at.to_string(), window.ttl())
+                .await?;
+        }
+        Ok(outcome)
+    }
+
+    fn window(&self, decay_seconds: i64) -> Window {
+        Window {
+            ends_at: self.clock.unix_seconds().saturating_add(decay_seconds),
+            ttl_seconds: decay_seconds,
+        }
+    }
+
+    /// Counts `amount` on a cleaned key.
+    ///
+    /// Laravel's `increment` writes the counter with `add(K, 0)`, `INCRBY`,
+    /// and a `put(K, amount)` when `INCRBY` answers `amount` (to give a
+    /// counter that expired in between a time to live). Under concurrency at
+    /// the start of a window that `put` can overwrite another caller's count:
+    /// twenty connections deciding on the count admitted 111 of a limit of
+    /// 100 that way. Here the counter is written by one atomic step of the
+    /// store that increments and gives a new counter the window's time to
+    /// live, so every caller gets a count of its own. The entries are the
+    /// same as Laravel's.
+    async fn count(&self, key: &str, window: Window, amount: i64) -> Result<i64, CacheError> {
+        if !window.opens() {
+            // No window to count in: count in the open one, if any, and
+            // leave nothing behind otherwise (Laravel's steps for a time to
+            // live of 0, which remove the counter INCRBY just created).
+            let hits = self.store.increment(key, amount).await?;
+            if hits == amount {
+                self.store.forget(key).await?;
+            }
+            return Ok(hits);
+        }
+        // The timer first, so that a counter never exists without its timer
+        // (too_many_attempts would take that for an ended window).
+        self.store
+            .add(&timer_key(key), &window.ends_at.to_string(), window.ttl())
+            .await?;
+        let outcome = self
+            .store
+            .increment_if_below(key, window.ttl_seconds, amount, i64::MAX)
+            .await?;
+        if !outcome.counted {
+            return Err(CacheError::Overflow {
+                key: key.to_owned(),
+            });
+        }
+        Ok(outcome.count)
+    }
+
+    async fn attempts_of(&self, key: &str) -> Result<i64, CacheError> {
+        match self.store.get(key).await? {
+            Some(value) => parse_integer(key, &value),
+            None => Ok(0),
+        }
+    }
+}
+
+impl fmt::Debug for CacheRateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CacheRateLimiter")
+            .field("store", &self.store.name())
+            .field("clock", &self.clock)
+            .finish()
+    }
+}
+
+fn timer_key(key: &str) -> String {
+    format!("{key}:timer")
+}
