@@ -31,7 +31,8 @@ use crate::keys::sha256_hex;
 ///   [`RateLimitMiddleware`](super::RateLimitMiddleware) key function the
 ///   request is also refused by, and counted against, the bucket of each
 ///   identity it names, so a decoy cannot buy a fresh quota and a spent
-///   identity gets no extra attempt through the shared bucket.
+///   identity gets no extra attempt through the shared bucket. Each bucket
+///   that admits the request counts it, even when another one refuses it.
 ///
 /// A blank value in one place does not hide the value in the other.
 ///
