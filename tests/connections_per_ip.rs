@@ -62,6 +62,16 @@ async fn entered(rx: &mut mpsc::UnboundedReceiver<()>) {
         .unwrap();
 }
 
+/// Runs `GET path` from `from` in a task of its own.
+fn spawn_get(
+    router: &Arc<Router>,
+    path: &'static str,
+    from: &'static str,
+) -> tokio::task::JoinHandle<HttpResponse> {
+    let router = router.clone();
+    tokio::spawn(async move { handle_request_with_peer(&router, get(path), peer(from)).await })
+}
+
 fn get(path: &str) -> http::Request<Full<Bytes>> {
     http::Request::get(path).body(Full::default()).unwrap()
 }
@@ -80,17 +90,11 @@ async fn a_place_is_held_while_the_handler_runs_and_freed_after() {
     let (gate, mut rx) = Gate::new();
     let router = Arc::new(gate.router("/slow", &cap));
 
-    let first = tokio::spawn({
-        let router = router.clone();
-        async move { handle_request_with_peer(&router, get("/slow"), peer("203.0.113.1:1000")).await }
-    });
+    let first = spawn_get(&router, "/slow", "203.0.113.1:1000");
     entered(&mut rx).await;
     assert_eq!(cap.open_for(ip("203.0.113.1")), 1);
 
-    let second = tokio::spawn({
-        let router = router.clone();
-        async move { handle_request_with_peer(&router, get("/slow"), peer("203.0.113.1:1001")).await }
-    });
+    let second = spawn_get(&router, "/slow", "203.0.113.1:1001");
     entered(&mut rx).await;
     assert_eq!(cap.open_for(ip("203.0.113.1")), 2);
 
@@ -126,10 +130,7 @@ async fn another_address_is_not_affected_and_ipv6_counts_by_64() {
     let (gate, mut rx) = Gate::new();
     let router = Arc::new(gate.router("/slow", &cap));
 
-    let held = tokio::spawn({
-        let router = router.clone();
-        async move { handle_request_with_peer(&router, get("/slow"), peer("[2001:db8:5:6::1]:1")).await }
-    });
+    let held = spawn_get(&router, "/slow", "[2001:db8:5:6::1]:1");
     entered(&mut rx).await;
 
     let same_64 =
@@ -137,10 +138,7 @@ async fn another_address_is_not_affected_and_ipv6_counts_by_64() {
     assert_eq!(same_64.status_code(), 429);
     assert_eq!(cap.open_for(ip("2001:db8:5:6:ffff::9")), 1);
 
-    let other_64 = tokio::spawn({
-        let router = router.clone();
-        async move { handle_request_with_peer(&router, get("/slow"), peer("[2001:db8:5:7::1]:1")).await }
-    });
+    let other_64 = spawn_get(&router, "/slow", "[2001:db8:5:7::1]:1");
     entered(&mut rx).await;
     assert_eq!(cap.open_for(ip("2001:db8:5:7::1")), 1);
 
@@ -172,10 +170,7 @@ async fn a_clone_shares_the_counts_across_routes() {
             .merge(gate.router("/b", &cap.clone())),
     );
 
-    let on_a = tokio::spawn({
-        let router = router.clone();
-        async move { handle_request_with_peer(&router, get("/a"), peer("192.0.2.8:1")).await }
-    });
+    let on_a = spawn_get(&router, "/a", "192.0.2.8:1");
     entered(&mut rx).await;
     let on_b = handle_request_with_peer(&router, get("/b"), peer("192.0.2.8:2")).await;
     assert_eq!(on_b.status_code(), 429);

@@ -50,6 +50,11 @@ fn memory(clock: &FakeClock) -> Arc<dyn RateLimiterDriver> {
     Arc::new(InMemoryRateLimiter::with_clock(clock.shared()))
 }
 
+/// `GET /r` answering `ok`, behind `middleware`.
+fn limited(middleware: RateLimitMiddleware) -> Router {
+    Router::new().get("/r", ok).middleware(middleware)
+}
+
 fn header<'a>(r: &'a HttpResponse, name: &str) -> Option<&'a str> {
     r.header_str(name)
 }
@@ -274,9 +279,7 @@ async fn ip_based_refuses_the_21st_in_a_minute_and_spares_other_addresses() {
 async fn ip_based_counts_ipv6_by_64_and_mapped_addresses_as_ipv4() {
     let (app, _clock) = app_with_memory_driver();
     app.scope(async {
-        let router = Router::new()
-            .get("/r", ok)
-            .middleware(RateLimitMiddleware::ip_based(2, MINUTE));
+        let router = limited(RateLimitMiddleware::ip_based(2, MINUTE));
         let status = |p: &'static str| {
             let router = &router;
             async move {
@@ -343,9 +346,7 @@ async fn ip_based_reads_the_client_behind_a_trusted_proxy() {
     let (app, _clock) = app_with_memory_driver();
     app.install(Arc::new("127.0.0.1".parse::<TrustedProxies>().unwrap()));
     app.scope(async {
-        let router = Router::new()
-            .get("/r", ok)
-            .middleware(RateLimitMiddleware::ip_based(1, MINUTE));
+        let router = limited(RateLimitMiddleware::ip_based(1, MINUTE));
         let server = TestServer::start(router).await;
         let from = |client: &str| {
             http::Request::get(server.url("/r"))
@@ -366,9 +367,7 @@ async fn ip_based_reads_the_client_behind_a_trusted_proxy() {
 async fn a_request_with_no_address_gets_a_bucket_of_its_own() {
     let (app, _clock) = app_with_memory_driver();
     app.scope(async {
-        let router = Router::new()
-            .get("/r", ok)
-            .middleware(RateLimitMiddleware::ip_based(1, MINUTE));
+        let router = limited(RateLimitMiddleware::ip_based(1, MINUTE));
         for _ in 0..5 {
             let r = handle_request(&router, get("/r")).await;
             assert_eq!(r.status_code(), 200);
@@ -408,9 +407,7 @@ async fn ip_based_finds_the_driver_installed_after_it_was_built() {
 async fn no_installed_driver_goes_through_the_policy() {
     let app = App::new();
     app.scope(async {
-        let open = Router::new()
-            .get("/r", ok)
-            .middleware(RateLimitMiddleware::ip_based(1, MINUTE));
+        let open = limited(RateLimitMiddleware::ip_based(1, MINUTE));
         for _ in 0..3 {
             let r = handle_request_with_peer(&open, get("/r"), peer("192.0.2.6:1")).await;
             assert_eq!(r.status_code(), 200);
