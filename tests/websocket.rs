@@ -51,6 +51,22 @@ impl WebSocketHandler for GreetAndLeave {
     }
 }
 
+/// Hands the socket to a task of its own and returns at once; the task
+/// writes once the test releases it.
+struct HandOff(Arc<tokio::sync::Semaphore>);
+
+#[async_trait]
+impl WebSocketHandler for HandOff {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        let _ = socket.send("moved").await;
+        let release = self.0.clone();
+        tokio::spawn(async move {
+            let _permit = release.acquire().await;
+            let _ = socket.send("later").await;
+        });
+    }
+}
+
 /// Refuses every request, after the cap has let it pass.
 struct RefuseAll;
 
@@ -273,4 +289,35 @@ async fn an_in_process_handshake_cannot_upgrade_and_keeps_no_place() {
         assert_eq!(response.status_code(), 500);
         assert_eq!(cap.open_for(peer.ip()), 0);
     }
+}
+
+#[tokio::test]
+async fn the_session_lasts_while_a_task_the_handler_spawned_holds_the_socket() {
+    let cap = RateLimitMiddleware::connections_per_ip(3);
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let router = ws!("/ws/handoff", HandOff(release.clone())).middleware(cap.clone());
+    let server = TestServer::start(router).await;
+    let mut client = connect(server.addr(), "127.0.0.1", "/ws/handoff")
+        .await
+        .unwrap();
+    assert_eq!(next_text(&mut client).await, "moved");
+    // The handler has returned (or is about to); give a wrong early release
+    // the chance to show.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 1);
+
+    release.add_permits(1);
+    assert_eq!(next_text(&mut client).await, "later");
+    let closing = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("no close frame in time");
+    assert!(
+        matches!(closing, Some(Ok(Message::Close(_)))),
+        "{closing:?}"
+    );
+    let end = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("the server did not end the connection in time");
+    assert!(end.is_none(), "{end:?}");
+    wait_open(&cap, "127.0.0.1", 0).await;
 }

@@ -7,14 +7,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 
+use super::TOO_MANY_REQUESTS_BODY;
 use crate::http::HttpResponse;
 use crate::keys::bucket_address;
 use crate::middleware::{Middleware, Next};
 use crate::{Request, Response};
-
-/// The body of the refusal: the same text as every other 429 of the
-/// sliding-window side.
-const REFUSAL_BODY: &str = "429 Too Many Requests";
 
 /// Caps the connections one client address holds open through it, per
 /// process; see [`RateLimitMiddleware::connections_per_ip`].
@@ -22,7 +19,7 @@ const REFUSAL_BODY: &str = "429 Too Many Requests";
 /// A place is taken when the middleware lets a request pass, and kept on the
 /// request with [`Request::hold_for_connection`]: on a plain route it is
 /// given back when the handler drops or consumes the request, on a WebSocket
-/// route ([`crate::ws`]) when the socket's session ends. A request over the
+/// route ([`ws`](mod@crate::ws)) when the socket's session ends. A request over the
 /// cap gets `429 Too Many Requests` with no `Retry-After`, since nothing says
 /// when a connection will close. A request with no address is not counted.
 ///
@@ -127,7 +124,7 @@ impl Middleware for ConnectionsPerIp {
                     max = self.max,
                     "open connection cap reached; refusing"
                 );
-                Err(HttpResponse::text(REFUSAL_BODY).status(429))
+                Err(HttpResponse::text(TOO_MANY_REQUESTS_BODY).status(429))
             }
         }
     }

@@ -35,7 +35,7 @@ pub fn route<H: WebSocketHandler>(path: &str, handler: H) -> Router {
 /// `ws!("/path", Handler)`: a [`Router`] with one WebSocket route.
 ///
 /// Add middleware with `.middleware(...)` and mount it with
-/// [`Router::merge`]; see [`crate::ws`].
+/// [`Router::merge`]; see [`ws`](mod@crate::ws).
 ///
 /// ```
 /// use suprnova::rate_limit::RateLimitMiddleware;
