@@ -119,7 +119,9 @@ impl Middleware for ConnectionsPerIp {
                 next(request).await
             }
             None => {
-                tracing::info!(
+                // Debug, not info: a client holding sockets open would
+                // otherwise flood the log at its own pace.
+                tracing::debug!(
                     address = %bucket_address(addr),
                     max = self.max,
                     "open connection cap reached; refusing"

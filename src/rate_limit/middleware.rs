@@ -6,9 +6,10 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use futures_util::future::join_all;
 
-use super::SlidingWindowConfig;
 use super::identity::with_named_buckets;
-use super::{BackendErrorPolicy, ConnectionsPerIp, RateLimitError, RateLimiterDriver};
+use super::{
+    BackendErrorPolicy, ConnectionsPerIp, RateLimitError, RateLimiterDriver, SlidingWindowConfig,
+};
 use crate::container::App;
 use crate::decision::{Decision, REMAINING_HEADER, RETRY_AFTER_HEADER};
 use crate::http::HttpResponse;
