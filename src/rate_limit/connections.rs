@@ -1,4 +1,32 @@
 //! `ConnectionsPerIp`: a cap on what one client address holds open.
+//!
+//! It counts through [`Request::hold_for_connection`]: a guard whose `Drop`
+//! gives the place back, kept on the request (and, on a WebSocket route,
+//! moved into the socket's task). Your own middleware can do the same when
+//! it takes something a connection has to give back:
+//!
+//! ```
+//! use suprnova::{async_trait, Middleware, Next, Request, Response};
+//!
+//! struct Slot(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+//!
+//! impl Drop for Slot {
+//!     fn drop(&mut self) {
+//!         self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+//!     }
+//! }
+//!
+//! struct CountOpen(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+//!
+//! #[async_trait]
+//! impl Middleware for CountOpen {
+//!     async fn handle(&self, mut request: Request, next: Next) -> Response {
+//!         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+//!         request.hold_for_connection(Slot(self.0.clone()));
+//!         next(request).await
+//!     }
+//! }
+//! ```
 
 use std::collections::HashMap;
 use std::fmt;
