@@ -7,7 +7,7 @@
 //! ```
 //!
 //! Every contender decides `"user:N"` keys, limit 100 per 60 s, on one hot
-//! key and on 100,000 keys. Two scenarios:
+//! key and on 100,000 keys. Three scenarios:
 //!
 //! - **flood** (1 and 2 OS threads): each contender reads its production
 //!   clock (the driver and the naive log the system clock, governor its
@@ -16,12 +16,20 @@
 //!   steady state of any key called faster than its limit, and of the hot
 //!   key after its first 100 calls. Without the fill, the 100,000-key case
 //!   would drift from admitting to refusing during the measurement.
+//! - **flood_fake_clock** (1 and 2 OS threads): the same full windows, but
+//!   every contender reads a frozen fake clock (one atomic load), so the
+//!   numbers compare the limiters themselves without the cost of their
+//!   clocks. On this kind of machine a read of the system clock costs the
+//!   driver about as much as the rest of a decision, and governor's `quanta`
+//!   clock (the TSC) far less.
 //! - **sliding** (1 thread): fake clocks that move one window / limit
 //!   (600 ms) between two calls on a key, so every call finds the oldest hit
 //!   just out of the window, drops it and admits itself: the most work a
 //!   sliding log does per decision. Moving the clock costs each contender
 //!   one atomic add per call on the hot key, and one per pass over the
-//!   100,000 keys.
+//!   100,000 keys. On fake clocks the driver's sweep is set an hour apart
+//!   (fake time passes far faster than real time here); `memory_driver_sweep`
+//!   measures one sweep over 100,000 full buckets on its own.
 //!
 //! At the end the bench prints the ratios the performance targets are
 //! stated in (docs/performance.md).
@@ -128,7 +136,10 @@ enum Tick {
 
 impl Tick {
     #[inline]
-    fn advance(&self) {
+    fn advance(&self, scenario: Scenario) {
+        if scenario != Scenario::Sliding {
+            return;
+        }
         match self {
             Self::Real => {}
             Self::Ours(clock) => clock.advance(SLIDE_STEP),
@@ -140,6 +151,7 @@ impl Tick {
 struct Contender {
     limiter: Limiter,
     tick: Tick,
+    scenario: Scenario,
     /// Where the last single-thread run stopped, so the next one goes on
     /// from there and every key keeps its spacing in the sliding scenario.
     cursor: AtomicUsize,
@@ -147,49 +159,64 @@ struct Contender {
 
 #[derive(Clone, Copy, PartialEq)]
 enum Scenario {
+    /// Full windows, production clocks.
     Flood,
+    /// Full windows, frozen fake clocks.
+    FloodFakeClock,
+    /// Every call drops the oldest hit and admits itself, fake clocks.
     Sliding,
 }
 
 impl Scenario {
+    const ALL: [Scenario; 3] = [Self::Flood, Self::FloodFakeClock, Self::Sliding];
+
     fn name(self) -> &'static str {
         match self {
             Self::Flood => "flood",
+            Self::FloodFakeClock => "flood_fake_clock",
             Self::Sliding => "sliding",
         }
     }
+
+    fn fake_clock(self) -> bool {
+        self != Self::Flood
+    }
+}
+
+/// The driver on a fake clock. Fake time runs far faster than real time
+/// here (600 ms a call on the hot key), so a sweep due once a second of
+/// clock time would run every other call: the sweep is set an hour apart
+/// and its own cost is measured by `memory_driver_sweep`.
+fn driver_on(clock: &FakeClock) -> InMemoryRateLimiter {
+    InMemoryRateLimiter::with_clock(clock.shared()).with_sweep_interval(Duration::from_secs(3600))
 }
 
 impl Contender {
     fn build(name: &str, scenario: Scenario) -> Self {
         let quota = Quota::per_minute(NonZeroU32::new(LIMIT).unwrap());
         let fake = FakeClock::at_unix(1_700_000_000);
-        let (limiter, tick) = match (name, scenario) {
-            ("suprnova", Scenario::Flood) => {
-                (Limiter::Suprnova(InMemoryRateLimiter::new()), Tick::Real)
-            }
-            ("suprnova", Scenario::Sliding) => (
-                Limiter::Suprnova(InMemoryRateLimiter::with_clock(fake.shared())),
-                Tick::Ours(fake),
-            ),
-            ("suprnova_dyn", _) => (
+        let fake_clock = scenario.fake_clock();
+        let (limiter, tick) = match (name, fake_clock) {
+            ("suprnova", false) => (Limiter::Suprnova(InMemoryRateLimiter::new()), Tick::Real),
+            ("suprnova", true) => (Limiter::Suprnova(driver_on(&fake)), Tick::Ours(fake)),
+            ("suprnova_dyn", false) => (
                 Limiter::SuprnovaDyn(Arc::new(InMemoryRateLimiter::new())),
                 Tick::Real,
             ),
-            ("governor", Scenario::Flood) => {
-                (Limiter::Governor(RateLimiter::keyed(quota)), Tick::Real)
-            }
-            ("governor", Scenario::Sliding) => {
+            ("suprnova_dyn", true) => (
+                Limiter::SuprnovaDyn(Arc::new(driver_on(&fake))),
+                Tick::Ours(fake),
+            ),
+            ("governor", false) => (Limiter::Governor(RateLimiter::keyed(quota)), Tick::Real),
+            ("governor", true) => {
                 let clock = FakeRelativeClock::default();
                 (
                     Limiter::FakeGovernor(RateLimiter::dashmap_with_clock(quota, clock.clone())),
                     Tick::Governor(clock),
                 )
             }
-            ("naive_log", Scenario::Flood) => {
-                (Limiter::Naive(NaiveLog::new(clock::system())), Tick::Real)
-            }
-            ("naive_log", Scenario::Sliding) => (
+            ("naive_log", false) => (Limiter::Naive(NaiveLog::new(clock::system())), Tick::Real),
+            ("naive_log", true) => (
                 Limiter::Naive(NaiveLog::new(fake.shared())),
                 Tick::Ours(fake),
             ),
@@ -198,6 +225,7 @@ impl Contender {
         Self {
             limiter,
             tick,
+            scenario,
             cursor: AtomicUsize::new(0),
         }
     }
@@ -222,7 +250,7 @@ impl Contender {
             index += 1;
             if index == keys.len() {
                 index = 0;
-                self.tick.advance();
+                self.tick.advance(self.scenario);
             }
         }
         index
@@ -288,7 +316,7 @@ fn bench_group(
 ) {
     group.throughput(Throughput::Elements(1));
     for name in CONTENDERS {
-        // The async path is measured once: flood, one thread.
+        // The async path is measured on full windows, one thread.
         if name == "suprnova_dyn" && (threads > 1 || scenario == Scenario::Sliding) {
             continue;
         }
@@ -311,6 +339,8 @@ fn bench(c: &mut Criterion) {
         for (scenario, threads) in [
             (Scenario::Flood, 1),
             (Scenario::Flood, 2),
+            (Scenario::FloodFakeClock, 1),
+            (Scenario::FloodFakeClock, 2),
             (Scenario::Sliding, 1),
         ] {
             let mut group = c.benchmark_group(group_name(scenario, set, threads));
@@ -318,6 +348,31 @@ fn bench(c: &mut Criterion) {
             group.finish();
         }
     }
+    bench_sweep(c);
+}
+
+/// One sweep over 100,000 full buckets, which the driver runs once per
+/// sweep interval (a second by default) inside an ordinary call.
+fn bench_sweep(c: &mut Criterion) {
+    let mut group = c.benchmark_group("memory_driver_sweep");
+    group.sample_size(10);
+    let mut limiter = None;
+    group.bench_function("100k_keys", |b| {
+        let limiter = limiter.get_or_insert_with(|| {
+            let clock = FakeClock::at_unix(1_700_000_000);
+            let limiter = driver_on(&clock);
+            let keys = &key_sets()[1].1;
+            for _ in 0..LIMIT {
+                for key in keys {
+                    limiter.acquire_now(key, &CFG).unwrap();
+                }
+                clock.advance(SLIDE_STEP);
+            }
+            limiter
+        });
+        b.iter(|| limiter.sweep())
+    });
+    group.finish();
 }
 
 /// Prints the ratios the targets are stated in, from this run's estimates.
@@ -331,7 +386,7 @@ fn report(since: SystemTime) {
         "{:<30} {:>10} {:>10} {:>10} {:>13} {:>13}",
         "case", "suprnova", "governor", "naive_log", "ours/governor", "naive/ours"
     );
-    for scenario in [Scenario::Flood, Scenario::Sliding] {
+    for scenario in Scenario::ALL {
         for (set, _) in key_sets() {
             for threads in [1, 2] {
                 let (Some(ours), Some(gov), Some(naive)) = (
@@ -353,26 +408,40 @@ fn report(since: SystemTime) {
             }
         }
     }
-    for set in ["hot_key", "100k_keys"] {
-        if let (Some(via_dyn), Some(direct)) = (
-            ns(Scenario::Flood, set, 1, "suprnova_dyn"),
-            ns(Scenario::Flood, set, 1, "suprnova"),
-        ) {
-            println!(
-                "flood {set}: through Arc<dyn RateLimiterDriver> (async) {via_dyn:.1} ns, direct {direct:.1} ns"
-            );
+    for scenario in [Scenario::Flood, Scenario::FloodFakeClock] {
+        for set in ["hot_key", "100k_keys"] {
+            if let (Some(via_dyn), Some(direct)) = (
+                ns(scenario, set, 1, "suprnova_dyn"),
+                ns(scenario, set, 1, "suprnova"),
+            ) {
+                println!(
+                    "{} {set}: through Arc<dyn RateLimiterDriver> (async) {via_dyn:.1} ns, direct {direct:.1} ns",
+                    scenario.name()
+                );
+            }
         }
     }
-    for id in ["suprnova", "governor", "naive_log"] {
-        if let (Some(one), Some(two)) = (
-            ns(Scenario::Flood, "100k_keys", 1, id),
-            ns(Scenario::Flood, "100k_keys", 2, id),
-        ) {
-            println!(
-                "flood 100k_keys, throughput of 2 threads / 1 thread, {id}: {:.2}x",
-                one / two
-            );
+    for scenario in [Scenario::Flood, Scenario::FloodFakeClock] {
+        for id in ["suprnova", "governor", "naive_log"] {
+            if let (Some(one), Some(two)) = (
+                ns(scenario, "100k_keys", 1, id),
+                ns(scenario, "100k_keys", 2, id),
+            ) {
+                println!(
+                    "{} 100k_keys, throughput of 2 threads / 1 thread, {id}: {:.2}x",
+                    scenario.name(),
+                    one / two
+                );
+            }
         }
+    }
+    if let Some(sweep) =
+        support::estimates::nanos_per_iter("memory_driver_sweep", "100k_keys", since)
+    {
+        println!(
+            "one sweep of 100,000 full buckets: {:.2} ms (run once a second by default)",
+            sweep / 1e6
+        );
     }
 }
 

@@ -1,0 +1,269 @@
+//! The quickstart server under load on loopback, with no limiter and behind
+//! each limiter, side by side in one run:
+//!
+//! ```text
+//! cargo bench --bench http
+//! HTTP_BENCH_REQUESTS=20000 HTTP_BENCH_ROUNDS=1 cargo bench --bench http   # a quicker look
+//! ```
+//!
+//! The server is the quickstart's router (`GET /` answers a line of text),
+//! served by `suprnova::server` on `127.0.0.1:<free port>` from a tokio
+//! runtime of two workers. The client is hyper's HTTP/1.1 client in a
+//! runtime of its own: `HTTP_BENCH_CONNECTIONS` keep-alive connections
+//! (default 32), each sending one request after the other, for a fixed
+//! count of `HTTP_BENCH_REQUESTS` (default 50,000) after a warm-up. Each
+//! connection binds its own source address 127.0.0.N, so the server sees 32
+//! clients and the per-address limiters keep 32 buckets.
+//!
+//! The servers, each limit far above the load so that every request is
+//! admitted and does the limiter's full work:
+//!
+//! - `none`: no limiter.
+//! - `driver_memory`: `RateLimitMiddleware::ip_based(1_000_000, 60 s)` on
+//!   the in-memory driver.
+//! - `throttle_memory`: `throttle:1000000,1` on the in-memory cache store.
+//! - `driver_redis`, `throttle_redis`: the same on a `redis-server` the
+//!   bench starts on a free port.
+//!
+//! The servers take turns, `HTTP_BENCH_ROUNDS` times (default 3), and the
+//! bench reports each one's median round: requests per second, p50 and p99
+//! latency, and the ratio of its rate to the `none` server's.
+
+mod support;
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
+use support::redis::RedisProcess;
+use suprnova::cache::{MemoryStore, RedisStore, Store};
+use suprnova::clock;
+use suprnova::container::App;
+use suprnova::limiter::CacheRateLimiter;
+use suprnova::rate_limit::memory::InMemoryRateLimiter;
+use suprnova::rate_limit::redis::RedisRateLimiter;
+use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
+use suprnova::redis_client::{RedisConfig, RedisConnection};
+use suprnova::{HttpResponse, Request, Router};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio::sync::oneshot;
+
+const SERVERS: [&str; 3] = ["none", "driver_memory", "driver_redis"];
+/// Far above the load: every request is admitted.
+const HUGE_LIMIT: u32 = 1_000_000;
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
+        .unwrap_or(default)
+}
+
+/// The quickstart's router, behind the limiter `server` names.
+fn router(server: &str) -> Router {
+    let router = Router::new().get("/", |_req: Request| async {
+        HttpResponse::text("Hello from Suprnova.\n")
+    });
+    match server {
+        "none" => router,
+        "driver_memory" | "driver_redis" => router.middleware(RateLimitMiddleware::ip_based(
+            HUGE_LIMIT,
+            Duration::from_secs(60),
+        )),
+        other => unreachable!("no server {other}"),
+    }
+}
+
+/// A container with the backends `server` runs on.
+fn container(server: &str, redis: &RedisConnection) -> App {
+    let app = App::new();
+    if server.ends_with("_redis") {
+        let driver: Arc<dyn RateLimiterDriver> =
+            Arc::new(RedisRateLimiter::new(redis.clone()).with_prefix("bench_http:"));
+        let store: Arc<dyn Store> =
+            Arc::new(RedisStore::new(redis.clone()).with_prefix("bench_http_cache:"));
+        app.install(driver);
+        app.install(Arc::new(CacheRateLimiter::new(store, clock::system())));
+    } else {
+        let driver: Arc<dyn RateLimiterDriver> = Arc::new(InMemoryRateLimiter::new());
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        app.install(driver);
+        app.install(Arc::new(CacheRateLimiter::new(store, clock::system())));
+    }
+    app
+}
+
+/// A server running in `runtime` until the sender is dropped or fired.
+fn start_server(
+    runtime: &tokio::runtime::Runtime,
+    app: App,
+    router: Router,
+) -> (SocketAddr, oneshot::Sender<()>) {
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = runtime
+        .block_on(suprnova::server::bind("127.0.0.1:0"))
+        .expect("bind a loopback port");
+    let addr = server.local_addr().expect("the bound address");
+    runtime.spawn(app.clone().scope(async move {
+        server
+            .serve_with_shutdown(router, async {
+                let _ = stopped.await;
+            })
+            .await
+            .expect("the bench server");
+    }));
+    (addr, stop)
+}
+
+/// One keep-alive connection from 127.0.0.`source`, sending `count`
+/// requests one after the other; the latency of each, in microseconds.
+async fn connection(addr: SocketAddr, source: u8, count: u64) -> Vec<u32> {
+    let socket = TcpSocket::new_v4().expect("a socket");
+    socket
+        .bind(SocketAddr::new(
+            IpAddr::V4(Ipv4Addr::new(127, 0, 0, source)),
+            0,
+        ))
+        .expect("bind a loopback source address");
+    let stream: TcpStream = socket.connect(addr).await.expect("connect to the server");
+    stream.set_nodelay(true).expect("TCP_NODELAY");
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .expect("an HTTP/1.1 handshake");
+    tokio::spawn(conn);
+    let mut latencies = Vec::with_capacity(count as usize);
+    for _ in 0..count {
+        let request = http::Request::get("/")
+            .header(http::header::HOST, "127.0.0.1")
+            .body(Empty::<Bytes>::new())
+            .expect("a request");
+        let start = Instant::now();
+        let response = sender.send_request(request).await.expect("a response");
+        let status = response.status();
+        let body = response.into_body().collect().await.expect("a body");
+        latencies.push(start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
+        assert_eq!(
+            status,
+            200,
+            "a refused or failed request: {:?}",
+            body.to_bytes()
+        );
+    }
+    latencies
+}
+
+/// What one load of one server measured.
+struct Load {
+    rate: f64,
+    p50_us: u32,
+    p99_us: u32,
+}
+
+/// `requests` requests over `connections` connections; the rate and the
+/// latency percentiles.
+fn load(
+    client: &tokio::runtime::Runtime,
+    addr: SocketAddr,
+    connections: u64,
+    requests: u64,
+) -> Load {
+    client.block_on(async {
+        let start = Instant::now();
+        let tasks: Vec<_> = (0..connections)
+            .map(|c| {
+                let share = requests / connections + u64::from(c < requests % connections);
+                // 127.0.0.1 to 127.0.0.250.
+                tokio::spawn(connection(addr, 1 + (c % 250) as u8, share))
+            })
+            .collect();
+        let mut latencies = Vec::with_capacity(requests as usize);
+        for task in tasks {
+            latencies.extend(task.await.expect("a client connection"));
+        }
+        let elapsed = start.elapsed();
+        latencies.sort_unstable();
+        let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
+        Load {
+            rate: requests as f64 / elapsed.as_secs_f64(),
+            p50_us: at(0.50),
+            p99_us: at(0.99),
+        }
+    })
+}
+
+fn main() {
+    let requests = env_number("HTTP_BENCH_REQUESTS", 50_000);
+    let connections = env_number("HTTP_BENCH_CONNECTIONS", 32).max(1);
+    let rounds = env_number("HTTP_BENCH_ROUNDS", 3).max(1);
+    let warm_up = (requests / 10).max(connections);
+
+    let redis = RedisProcess::start();
+    let server_runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("the server runtime");
+    let client_runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("the client runtime");
+    let redis_conn = {
+        let _guard = server_runtime.enter();
+        let config = RedisConfig::from_url(&redis.url())
+            .expect("a Redis URL")
+            .with_timeouts(Duration::from_secs(2), Duration::from_secs(2));
+        RedisConnection::new(config).expect("a Redis connection")
+    };
+
+    println!(
+        "== http: {requests} requests over {connections} connections, {rounds} round(s), median round =="
+    );
+    println!("machine: {}", support::machine::describe());
+    let mut results: Vec<(&str, Vec<Load>)> = SERVERS.iter().map(|s| (*s, Vec::new())).collect();
+    for round in 0..rounds {
+        for (server, loads) in results.iter_mut() {
+            redis.command("FLUSHALL");
+            let app = container(server, &redis_conn);
+            let router = router(server);
+            let (addr, stop) = start_server(&server_runtime, app, router);
+            load(&client_runtime, addr, connections, warm_up);
+            let measured = load(&client_runtime, addr, connections, requests);
+            eprintln!(
+                "round {round}: {server:<16} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us",
+                measured.rate, measured.p50_us, measured.p99_us
+            );
+            loads.push(measured);
+            drop(stop);
+        }
+    }
+    // The median round of each server, by rate.
+    let median = |loads: &mut Vec<Load>| {
+        loads.sort_by(|a, b| a.rate.total_cmp(&b.rate));
+        loads.swap_remove(loads.len() / 2)
+    };
+    let medians: Vec<(&str, Load)> = results
+        .iter_mut()
+        .map(|(server, loads)| (*server, median(loads)))
+        .collect();
+    let base = medians[0].1.rate;
+    println!(
+        "{:<16} {:>10} {:>9} {:>9} {:>10}",
+        "server", "req/s", "p50 us", "p99 us", "vs none"
+    );
+    for (server, load) in &medians {
+        println!(
+            "{:<16} {:>10.0} {:>9} {:>9} {:>9.1}%",
+            server,
+            load.rate,
+            load.p50_us,
+            load.p99_us,
+            100.0 * load.rate / base
+        );
+    }
+}
