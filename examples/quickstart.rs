@@ -1,33 +1,150 @@
-//! Quickstart: a small application served on 127.0.0.1:8080 (`PORT`
-//! overrides).
+//! Quickstart: a small application that boots from the environment the way
+//! a real service does, and serves routes behind both kinds of limiter.
 //!
-//! Run it with `cargo run --example quickstart`, then:
+//! It needs nothing but Rust: run it with `cargo run --example quickstart`
+//! and it listens on `127.0.0.1:8080` (`PORT` overrides) on the in-memory
+//! limiter. It prints a `curl` line for each route that shows the route's
+//! `429` and its headers. ctrl-c stops it gracefully.
+//!
+//! When `APP_ENV` is unset it boots as `local`: this is a development
+//! application. The library alone treats an unset `APP_ENV` as production
+//! and refuses the in-memory limiter there; the quickstart keeps that refusal
+//! for an explicit `APP_ENV=production`, and prints it and exits non-zero
+//! before it listens.
+//!
+//! On Redis (a local `redis-server` on 6379):
 //!
 //! ```text
-//! curl -i http://127.0.0.1:8080/
+//! RATE_LIMIT_DRIVER=redis RATE_LIMIT_REDIS_URL=redis://127.0.0.1:6379 \
+//! CACHE_STORE=redis REDIS_URL=redis://127.0.0.1:6379 \
+//! cargo run --example quickstart
 //! ```
+//!
+//! It reads `.env` when there is one; `.env.example` lists every variable.
+//! `RUST_LOG` sets the log level (default `info`).
 
+use std::error::Error;
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use suprnova::bootstrap::{BootSummary, bootstrap};
+use suprnova::cache::{CacheConfig, Store};
+use suprnova::config::{Env, load_dotenv};
+use suprnova::container::App;
 use suprnova::{HttpResponse, Request, Router};
 
+/// The port when `PORT` is unset.
+const DEFAULT_PORT: u16 = 8080;
+
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
+    init_logging();
+    match run().await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(refusal) => {
+            // The whole message, on stderr, before anything listens: it
+            // names the variable and the fix.
+            eprintln!("{refusal}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stdout at the level `RUST_LOG` sets, `info` by default.
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(filter)
+        // Colour codes only on a terminal, so that logs piped to a file or
+        // a collector stay plain text.
+        .with_ansi(std::io::stdout().is_terminal())
         .init();
-    let port: u16 = std::env::var("PORT")
-        .ok()
-        .map(|p| p.parse())
-        .transpose()
-        .map_err(|e| format!("PORT is invalid: {e}"))?
-        .unwrap_or(8080);
-    let router = Router::new().get("/", |_req: Request| async {
-        HttpResponse::text("Hello from Suprnova.\n")
-    });
+}
+
+async fn run() -> Result<(), Box<dyn Error>> {
+    let env = load_env()?;
+    let port = env.parse::<u16>("PORT")?.unwrap_or(DEFAULT_PORT);
+    let summary = bootstrap(&env).await?;
+    let cache = install_cache_store(&env)?;
+    log_boot(&summary, &cache);
+
+    let router = routes();
     let server = suprnova::server::bind(("127.0.0.1", port)).await?;
     let addr = server.local_addr()?;
-    tracing::info!(%addr, "listening; try: curl -i http://{addr}/");
+    tracing::info!("listening on http://{addr}");
+    log_routes(&router, &format!("http://{addr}"));
     server.serve(router).await?;
+    tracing::info!("stopped");
     Ok(())
+}
+
+/// `.env` (when present) under the process environment, with `APP_ENV`
+/// defaulting to `local`.
+fn load_env() -> Result<Env, Box<dyn Error>> {
+    load_dotenv()?;
+    if Env::process().get("APP_ENV").is_none() {
+        tracing::info!(
+            "APP_ENV is unset: the quickstart boots as local (the library alone would boot as \
+             production, which refuses the in-memory limiter)"
+        );
+    }
+    Ok(Env::process().with_default("APP_ENV", "local"))
+}
+
+/// The cache store the Laravel-shape limiter counts in: `CACHE_STORE`
+/// (`memory` by default, or `redis` with `REDIS_URL`). Boot installs it
+/// when it knows how; otherwise it is installed here.
+fn install_cache_store(env: &Env) -> Result<CacheShown, Box<dyn Error>> {
+    let config = CacheConfig::from_env(env)?;
+    let app = App::current();
+    let store = match app.get::<dyn Store>() {
+        Some(store) => store,
+        None => config.install(&app)?,
+    };
+    Ok(CacheShown {
+        store: store.name(),
+        redis: config.redis.as_ref().map(|r| r.redacted()),
+    })
+}
+
+/// What the start-up log says about the cache store.
+struct CacheShown {
+    store: &'static str,
+    redis: Option<String>,
+}
+
+fn log_boot(summary: &BootSummary, cache: &CacheShown) {
+    tracing::info!(
+        environment = %summary.environment,
+        driver = %summary.driver,
+        redis = summary.redis.as_deref().unwrap_or("-"),
+        "sliding-window driver ready"
+    );
+    tracing::info!(
+        store = %cache.store,
+        redis = cache.redis.as_deref().unwrap_or("-"),
+        "cache store of the throttle ready"
+    );
+    tracing::info!(trusted_proxies = %summary.trusted_proxies, "client addresses");
+}
+
+fn routes() -> Router {
+    Router::new().get("/", home)
+}
+
+async fn home(_req: Request) -> HttpResponse {
+    HttpResponse::text("Hello from Suprnova.\n")
+}
+
+/// One line per route with its limit, and a line to try it.
+fn log_routes(router: &Router, base: &str) {
+    for route in router.routes() {
+        tracing::info!(
+            "route {} {}  try: curl -i {base}{}",
+            route.method,
+            route.path,
+            route.path
+        );
+    }
 }
