@@ -33,6 +33,8 @@ pub mod rate_limit;
 pub mod redis_client;
 pub mod routing;
 pub mod server;
+mod sharded;
+mod sweep;
 
 pub use async_trait::async_trait;
 pub use chrono;

@@ -444,7 +444,7 @@ async fn memory_and_proxies_are_installed_into_the_current_container() {
     let summary = summary.unwrap();
     assert_eq!(
         summary.to_string(),
-        "environment=staging driver=memory trusted_proxies=10.0.0.0/8,2400:cb00::/32"
+        "environment=staging driver=memory cache=memory trusted_proxies=10.0.0.0/8,2400:cb00::/32"
     );
     assert_eq!(summary.driver, "memory");
     assert_eq!(summary.redis, None);
@@ -474,7 +474,7 @@ async fn the_override_installs_memory_in_production() {
     .await;
     assert_eq!(
         summary.unwrap().to_string(),
-        "environment=production driver=memory trusted_proxies=none"
+        "environment=production driver=memory cache=memory trusted_proxies=none"
     );
     assert_eq!(installed_driver(&app).name(), "memory");
 }
@@ -489,7 +489,7 @@ async fn an_unrecognised_value_outside_production_installs_memory_and_reports_th
     );
     assert_eq!(
         summary.to_string(),
-        "environment=development driver=memory trusted_proxies=none warnings=1"
+        "environment=development driver=memory cache=memory trusted_proxies=none warnings=1"
     );
     assert_eq!(installed_driver(&app).name(), "memory");
 }
@@ -632,7 +632,7 @@ async fn redis_is_installed_with_its_prefix_against_a_live_server() {
     assert_eq!(
         summary.unwrap().to_string(),
         format!(
-            "environment=production driver=redis redis={url} (answering) trusted_proxies=10.0.0.5"
+            "environment=production driver=redis redis={url} (answering) cache=memory trusted_proxies=10.0.0.5"
         )
     );
     let driver = installed_driver(&app);
@@ -674,7 +674,7 @@ async fn a_redis_that_does_not_answer_yet_does_not_stop_boot() {
     assert_eq!(
         summary.to_string(),
         format!(
-            "environment=production driver=redis redis={url} (not answering yet) trusted_proxies=none"
+            "environment=production driver=redis redis={url} (not answering yet) cache=memory trusted_proxies=none"
         )
     );
 
@@ -771,4 +771,31 @@ async fn the_fallback_outside_production_logs_one_warning_naming_the_value() {
         warnings[0].contains(&fallback_warning("Redis", " (did you mean redis?)")),
         "{log}"
     );
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn the_cache_store_is_installed_from_cache_store_and_redis_url() {
+    use suprnova::cache::Store;
+
+    let server = RedisServer::start();
+    let app = App::new();
+    let env = Env::from_pairs([
+        ("APP_ENV", "local"),
+        ("CACHE_STORE", "redis"),
+        ("REDIS_URL", server.url().as_str()),
+    ]);
+    let summary = app.scope(bootstrap(&env)).await.unwrap();
+    assert_eq!(summary.cache_store, "redis");
+    assert!(summary.to_string().contains(" cache=redis "), "{summary}");
+    let store = app.get::<dyn Store>().unwrap();
+    assert_eq!(store.name(), "redis");
+    // The facade counts in that store, under Laravel's prefixes.
+    let hits = app
+        .scope(async { suprnova::RateLimiter::hit("boot-check", 60).await })
+        .await
+        .unwrap();
+    assert_eq!(hits, 1);
+    let reply = server.command("SELECT 1\r\nGET laravel-database-laravel-cache-boot-check");
+    assert!(reply.contains("$1\r\n1"), "{reply:?}");
 }

@@ -16,4 +16,8 @@ pub enum BootError {
     #[cfg(feature = "redis")]
     #[error("could not set up the Redis client for RATE_LIMIT_REDIS_URL: {0}")]
     Redis(#[from] crate::redis_client::RedisBackendError),
+    /// The cache store could not be built (its Redis client could not be set
+    /// up from a URL that parsed).
+    #[error("could not set up the cache store: {0}")]
+    Cache(#[from] crate::cache::CacheError),
 }

@@ -12,7 +12,8 @@ use crate::rate_limit::memory::InMemoryRateLimiter;
 impl BootPlan {
     /// Builds the chosen driver and installs it into `app` as
     /// `Arc<dyn RateLimiterDriver>`, with the trusted proxies as
-    /// [`TrustedProxies`](crate::http::TrustedProxies); logs each of the
+    /// [`TrustedProxies`](crate::http::TrustedProxies) and the facade's cache
+    /// store (with the `RateLimiter` over it); logs each of the
     /// plan's warnings once at `warn`; and returns the summary.
     ///
     /// The Redis driver is built without waiting for Redis beyond one `PING`
@@ -46,9 +47,9 @@ impl BootPlan {
         let name = driver.name();
         app.install::<dyn RateLimiterDriver>(driver);
         app.install(Arc::new(self.trusted_proxies.clone()));
-        // The cache store of the Laravel-shape facade is installed here too,
-        // once the plan carries it.
+        let cache = self.cache.install(app)?;
         Ok(BootSummary {
+            cache_store: cache.name(),
             environment: self.environment,
             driver: name,
             redis,
@@ -109,7 +110,7 @@ mod redis {
 /// let app = App::new();
 /// let env = Env::from_pairs([("APP_ENV", "local"), ("APP_TRUSTED_PROXIES", "10.0.0.5")]);
 /// let summary = app.scope(bootstrap(&env)).await.unwrap();
-/// assert_eq!(summary.to_string(), "environment=local driver=memory trusted_proxies=10.0.0.5");
+/// assert_eq!(summary.to_string(), "environment=local driver=memory cache=memory trusted_proxies=10.0.0.5");
 /// assert_eq!(app.get::<dyn RateLimiterDriver>().unwrap().name(), "memory");
 /// # });
 /// ```

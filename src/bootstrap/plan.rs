@@ -5,6 +5,7 @@ use super::DriverChoice;
 use super::RedisPlan;
 use super::guard::{DriverSetting, MemoryBecause, fallback_warning, refuse_memory_in_production};
 use super::variables::{RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION, RATE_LIMIT_DRIVER};
+use crate::cache::CacheConfig;
 use crate::config::{ConfigError, Env, Environment};
 use crate::http::TrustedProxies;
 
@@ -47,8 +48,10 @@ pub struct BootPlan {
     /// What the operator should read at boot, logged once each at `warn`
     /// when the plan is installed.
     pub warnings: Vec<String>,
-    // The cache store of the Laravel-shape facade (`CACHE_STORE`) is planned
-    // here too, as a field beside `driver`, and installed in `install.rs`.
+    /// The cache store of the Laravel-shape facade (`CACHE_STORE`,
+    /// `REDIS_URL`, ...), where `RateLimiter` and the throttle middleware
+    /// count.
+    pub cache: CacheConfig,
 }
 
 impl BootPlan {
@@ -82,12 +85,14 @@ impl BootPlan {
             }
         };
         let trusted_proxies = TrustedProxies::from_env(env)?;
+        let cache = CacheConfig::from_env(env)?;
         Ok(Self {
             environment,
             driver,
             allow_memory_in_production,
             trusted_proxies,
             warnings,
+            cache,
         })
     }
 }

@@ -11,7 +11,7 @@ use crate::http::TrustedProxies;
 /// hidden:
 ///
 /// ```text
-/// environment=production driver=redis redis=redis://***@cache.internal:6379 (answering) trusted_proxies=10.0.0.0/8
+/// environment=production driver=redis redis=redis://***@cache.internal:6379 (answering) cache=redis trusted_proxies=10.0.0.0/8
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -26,6 +26,8 @@ pub struct BootSummary {
     /// did not, boot went on: the connection retries in the background and
     /// requests follow the backend-error policy until Redis answers.
     pub redis_answered: Option<bool>,
+    /// The cache store of the Laravel-shape facade: `memory` or `redis`.
+    pub cache_store: &'static str,
     /// The trusted proxies.
     pub trusted_proxies: TrustedProxies,
     /// The warnings logged at boot.
@@ -43,6 +45,7 @@ impl fmt::Display for BootSummary {
                 None => {}
             }
         }
+        write!(f, " cache={}", self.cache_store)?;
         write!(f, " trusted_proxies={}", self.trusted_proxies)?;
         if !self.warnings.is_empty() {
             write!(f, " warnings={}", self.warnings.len())?;
