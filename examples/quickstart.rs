@@ -27,10 +27,8 @@ use std::error::Error;
 use std::io::IsTerminal;
 use std::process::ExitCode;
 
-use suprnova::bootstrap::{BootSummary, bootstrap};
-use suprnova::cache::{CacheConfig, Store};
+use suprnova::bootstrap::bootstrap;
 use suprnova::config::{Env, load_dotenv};
-use suprnova::container::App;
 use suprnova::{HttpResponse, Request, Router};
 
 /// The port when `PORT` is unset.
@@ -65,9 +63,10 @@ fn init_logging() {
 async fn run() -> Result<(), Box<dyn Error>> {
     let env = load_env()?;
     let port = env.parse::<u16>("PORT")?.unwrap_or(DEFAULT_PORT);
+    // Installs the sliding-window driver, the throttle's cache store and
+    // the trusted proxies into the application container.
     let summary = bootstrap(&env).await?;
-    let cache = install_cache_store(&env)?;
-    log_boot(&summary, &cache);
+    tracing::info!("rate limiting ready: {summary}");
 
     let router = routes();
     let server = suprnova::server::bind(("127.0.0.1", port)).await?;
@@ -90,43 +89,6 @@ fn load_env() -> Result<Env, Box<dyn Error>> {
         );
     }
     Ok(Env::process().with_default("APP_ENV", "local"))
-}
-
-/// The cache store the Laravel-shape limiter counts in: `CACHE_STORE`
-/// (`memory` by default, or `redis` with `REDIS_URL`). Boot installs it
-/// when it knows how; otherwise it is installed here.
-fn install_cache_store(env: &Env) -> Result<CacheShown, Box<dyn Error>> {
-    let config = CacheConfig::from_env(env)?;
-    let app = App::current();
-    let store = match app.get::<dyn Store>() {
-        Some(store) => store,
-        None => config.install(&app)?,
-    };
-    Ok(CacheShown {
-        store: store.name(),
-        redis: config.redis.as_ref().map(|r| r.redacted()),
-    })
-}
-
-/// What the start-up log says about the cache store.
-struct CacheShown {
-    store: &'static str,
-    redis: Option<String>,
-}
-
-fn log_boot(summary: &BootSummary, cache: &CacheShown) {
-    tracing::info!(
-        environment = %summary.environment,
-        driver = %summary.driver,
-        redis = summary.redis.as_deref().unwrap_or("-"),
-        "sliding-window driver ready"
-    );
-    tracing::info!(
-        store = %cache.store,
-        redis = cache.redis.as_deref().unwrap_or("-"),
-        "cache store of the throttle ready"
-    );
-    tracing::info!(trusted_proxies = %summary.trusted_proxies, "client addresses");
 }
 
 fn routes() -> Router {

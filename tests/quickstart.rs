@@ -359,7 +359,7 @@ async fn boots_as_local_when_app_env_is_unset_and_says_so() {
         "APP_ENV is unset: the quickstart boots as local",
         "environment=local",
         "driver=memory",
-        "store=memory",
+        "cache=memory",
         "trusted_proxies=none",
         &format!("listening on {}", app.base),
     ] {
