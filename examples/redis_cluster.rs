@@ -34,7 +34,6 @@
 //!    `RateLimiter::available_in` says when it reopens.
 
 use std::error::Error;
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -54,17 +53,7 @@ const CALLS: usize = 4;
 const WINDOW: SlidingWindowConfig = SlidingWindowConfig::new(100, Duration::from_secs(2));
 
 #[tokio::main]
-async fn main() -> ExitCode {
-    match run().await {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("{error}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-async fn run() -> Result<(), Box<dyn Error>> {
+async fn main() -> Result<(), Box<dyn Error>> {
     let env = cluster_env()?;
     let replicas = boot_replicas(&env).await?;
     sliding_window(&replicas).await?;
