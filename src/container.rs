@@ -47,7 +47,7 @@
 //!     assert_eq!(*App::resolve::<u32>().unwrap(), 42);
 //! })
 //! .await;
-//! //! // Outside the scope the process-wide container is current again.
+//! // Outside the scope the process-wide container is current again.
 //! assert!(App::resolve::<u32>().is_none());
 //! # });
 //! ```
@@ -214,16 +214,17 @@ impl App {
     /// ```
     /// use std::sync::Arc;
     /// use suprnova::container::App;
-    /// use suprnova::rate_limit::RateLimiterDriver;
-    /// use suprnova::rate_limit::memory::InMemoryRateLimiter;
+    ///
+    /// trait Mailer: Send + Sync {}
+    /// struct Smtp;
+    /// impl Mailer for Smtp {}
     ///
     /// let app = App::new();
     /// let _guard = app.enter();
-    /// assert!(App::resolve_make::<dyn RateLimiterDriver>().is_err());
-    /// App::bind::<dyn RateLimiterDriver>(Arc::new(InMemoryRateLimiter::new()));
-    /// let limiter: Arc<dyn RateLimiterDriver> =
-    ///     App::resolve_make::<dyn RateLimiterDriver>().unwrap();
-    /// # drop(limiter);
+    /// assert!(App::resolve_make::<dyn Mailer>().is_err());
+    /// App::bind::<dyn Mailer>(Arc::new(Smtp));
+    /// let mailer: Arc<dyn Mailer> = App::resolve_make::<dyn Mailer>().unwrap();
+    /// # drop(mailer);
     /// ```
     pub fn resolve_make<T>() -> Result<Arc<T>, ContainerError>
     where

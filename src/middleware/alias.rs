@@ -98,10 +98,19 @@ impl fmt::Debug for MiddlewareAliases {
 ///
 /// ```
 /// use suprnova::middleware::register_middleware_alias;
-/// use suprnova::rate_limit::RateLimitMiddleware;
-/// use std::time::Duration;
+/// use suprnova::{async_trait, Middleware, Next, Request, Response};
 ///
-/// register_middleware_alias("per_ip", RateLimitMiddleware::ip_based(20, Duration::from_secs(60)));
+/// struct Audit;
+///
+/// #[async_trait]
+/// impl Middleware for Audit {
+///     async fn handle(&self, request: Request, next: Next) -> Response {
+///         tracing::info!(path = request.path(), "request");
+///         next(request).await
+///     }
+/// }
+///
+/// register_middleware_alias("audit", Audit);
 /// ```
 pub fn register_middleware_alias(name: &str, middleware: impl Middleware) {
     let shared: Arc<dyn Middleware> = Arc::new(middleware);
@@ -121,9 +130,23 @@ pub fn register_middleware_alias(name: &str, middleware: impl Middleware) {
 ///
 /// ```
 /// use suprnova::middleware::register_middleware_alias_with_args;
-/// use suprnova::ThrottleRequestsMiddleware;
+/// use suprnova::{async_trait, Middleware, Next, Request, Response};
 ///
-/// register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
+/// struct Tag(String);
+///
+/// #[async_trait]
+/// impl Middleware for Tag {
+///     async fn handle(&self, request: Request, next: Next) -> Response {
+///         let mut response = next(request).await?;
+///         response.set_header("X-Tag", &self.0);
+///         Ok(response)
+///     }
+/// }
+///
+/// register_middleware_alias_with_args("tag", |args: &[&str]| match args {
+///     [name] => Ok(Tag(name.to_string())),
+///     _ => Err("expected one argument, the tag"),
+/// });
 /// ```
 pub fn register_middleware_alias_with_args<F, M, E>(name: &str, factory: F)
 where

@@ -10,6 +10,8 @@ mod driver;
 mod error;
 mod policy;
 
+pub mod memory;
+
 pub use config::SlidingWindowConfig;
 pub use driver::RateLimiterDriver;
 pub use error::RateLimitError;

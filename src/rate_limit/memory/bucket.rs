@@ -1,0 +1,272 @@
+//! `Bucket`: the admitted hits of one key, stored compactly.
+//!
+//! A naive log keeps one `u64` per hit in a `VecDeque<u64>` (8 bytes a hit,
+//! and up to twice that after the deque doubles). A bucket here keeps the
+//! oldest and the newest hit as absolute milliseconds and every hit after the
+//! oldest as the gap to the hit before it, in a `u16`: 2 bytes a hit. A gap
+//! of 65,535 ms or more is written as the escape word `u16::MAX` followed by
+//! the gap in four words, so any gap is exact and sparse traffic in a long
+//! window costs 10 bytes a hit at worst.
+
+use std::collections::VecDeque;
+
+/// The word that announces a gap too long for one word.
+const ESCAPE: u16 = u16::MAX;
+/// Words after [`ESCAPE`] that hold the long gap, low word first.
+const LONG_GAP_WORDS: usize = 4;
+/// The smallest allocation a growing bucket makes.
+const MIN_GROWTH: usize = 4;
+
+/// The admitted hits of one key, oldest first, at millisecond resolution.
+///
+/// Never empty: a bucket that would hold no hit is dropped by its owner.
+#[derive(Debug, Clone)]
+pub(super) struct Bucket {
+    /// The oldest hit, in milliseconds since the Unix epoch.
+    oldest: u64,
+    /// The newest hit, in milliseconds since the Unix epoch.
+    newest: u64,
+    /// The window of the last call, kept so the sweep can tell when the
+    /// bucket holds nothing any more without being told the window.
+    window_ms: u64,
+    /// How many hits the bucket holds.
+    count: u32,
+    /// The gap from each hit to the next, encoded as the module docs say.
+    gaps: VecDeque<u16>,
+}
+
+impl Bucket {
+    /// A bucket holding one hit at `now_ms`.
+    pub(super) fn new(now_ms: u64, window_ms: u64) -> Self {
+        Self {
+            oldest: now_ms,
+            newest: now_ms,
+            window_ms,
+            count: 1,
+            gaps: VecDeque::new(),
+        }
+    }
+
+    /// Forgets every hit and holds one at `now_ms`, keeping the allocation.
+    pub(super) fn restart(&mut self, now_ms: u64, window_ms: u64) {
+        self.oldest = now_ms;
+        self.newest = now_ms;
+        self.window_ms = window_ms;
+        self.count = 1;
+        self.gaps.clear();
+    }
+
+    /// How many hits the bucket holds.
+    pub(super) fn len(&self) -> u32 {
+        self.count
+    }
+
+    /// When the newest hit leaves the window of the last call: from then on
+    /// the bucket holds nothing.
+    pub(super) fn expires_at(&self) -> u64 {
+        self.newest.saturating_add(self.window_ms)
+    }
+
+    /// Drops the hits that have left the window (`now - window`, `now`]: a
+    /// hit stamped exactly `window_ms` ago is out. Returns `true` when
+    /// nothing is left, and the owner must then drop or restart the bucket.
+    pub(super) fn trim(&mut self, now_ms: u64, window_ms: u64) -> bool {
+        self.window_ms = window_ms;
+        if self.expires_at() <= now_ms {
+            // Every hit is out: skip decoding them one by one.
+            self.count = 0;
+            self.gaps.clear();
+            return true;
+        }
+        while self.oldest.saturating_add(window_ms) <= now_ms {
+            self.pop_oldest();
+        }
+        false
+    }
+
+    /// Records a hit at `now_ms`. `gap_capacity_hint` is how many gaps the
+    /// bucket holds when it is full (the limit minus one), so that growth
+    /// stops there instead of doubling past it.
+    pub(super) fn push(&mut self, now_ms: u64, gap_capacity_hint: usize) {
+        // A clock that steps back must not write a negative gap: such a hit
+        // is stamped with the newest time, which keeps the log ordered and
+        // ages it out no earlier than its true time would.
+        let stamp = now_ms.max(self.newest);
+        let gap = stamp - self.newest;
+        let words = if gap < u64::from(ESCAPE) {
+            1
+        } else {
+            1 + LONG_GAP_WORDS
+        };
+        self.reserve(words, gap_capacity_hint);
+        if words == 1 {
+            self.gaps.push_back(gap as u16);
+        } else {
+            self.gaps.push_back(ESCAPE);
+            for i in 0..LONG_GAP_WORDS {
+                self.gaps.push_back((gap >> (16 * i)) as u16);
+            }
+        }
+        self.newest = stamp;
+        self.count += 1;
+    }
+
+    /// The time of hit `index`, oldest first (0 is the oldest). An index
+    /// past the newest hit gives the newest.
+    pub(super) fn nth(&self, index: u32) -> u64 {
+        let mut at = self.oldest;
+        let mut words = self.gaps.iter().copied();
+        for _ in 0..index.min(self.count.saturating_sub(1)) {
+            at += decode_gap(&mut words);
+        }
+        at
+    }
+
+    /// Trims the bucket to the window of its last call and releases spare
+    /// room. Returns `true` when nothing is left.
+    pub(super) fn sweep(&mut self, now_ms: u64) -> bool {
+        if self.trim(now_ms, self.window_ms) {
+            return true;
+        }
+        self.shrink_spare();
+        false
+    }
+
+    /// Releases spare room once the bucket has shrunk to a quarter of it.
+    fn shrink_spare(&mut self) {
+        let len = self.gaps.len();
+        if self.gaps.capacity() > MIN_GROWTH && len * 4 < self.gaps.capacity() {
+            self.gaps.shrink_to(len * 2);
+        }
+    }
+
+    /// The bytes this bucket has on the heap (the gap log).
+    #[cfg(test)]
+    pub(super) fn heap_bytes(&self) -> usize {
+        self.gaps.capacity() * size_of::<u16>()
+    }
+
+    fn pop_oldest(&mut self) {
+        if self.count <= 1 {
+            self.count = 0;
+            self.gaps.clear();
+            return;
+        }
+        let first = self.gaps.pop_front().unwrap_or(0);
+        let gap = if first == ESCAPE {
+            let mut gap = 0_u64;
+            for i in 0..LONG_GAP_WORDS {
+                gap |= u64::from(self.gaps.pop_front().unwrap_or(0)) << (16 * i);
+            }
+            gap
+        } else {
+            u64::from(first)
+        };
+        self.oldest += gap;
+        self.count -= 1;
+    }
+
+    /// Makes room for `words` more words. Grows by doubling up to the size
+    /// of a full bucket, and by exactly what is needed past it, so that a
+    /// bucket at its limit wastes no half-empty doubling.
+    fn reserve(&mut self, words: usize, gap_capacity_hint: usize) {
+        let len = self.gaps.len();
+        let wanted = len + words;
+        let capacity = self.gaps.capacity();
+        if wanted <= capacity {
+            return;
+        }
+        let doubled = (capacity * 2).max(MIN_GROWTH);
+        let target = doubled.min(gap_capacity_hint).max(wanted);
+        self.gaps.reserve_exact(target - len);
+    }
+}
+
+/// Reads one gap from the front of `words`.
+fn decode_gap(words: &mut impl Iterator<Item = u16>) -> u64 {
+    match words.next() {
+        Some(ESCAPE) => (0..LONG_GAP_WORDS).fold(0, |gap, i| {
+            gap | (u64::from(words.next().unwrap_or(0)) << (16 * i))
+        }),
+        Some(word) => u64::from(word),
+        None => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn times(bucket: &Bucket) -> Vec<u64> {
+        (0..bucket.len()).map(|i| bucket.nth(i)).collect()
+    }
+
+    #[test]
+    fn keeps_exact_times_across_short_and_long_gaps() {
+        let hits = [
+            1_000,
+            1_000,
+            1_001,
+            66_535,
+            66_536,
+            66_536 + 65_535,
+            5_000_000_000_000,
+        ];
+        let mut bucket = Bucket::new(hits[0], u64::MAX / 2);
+        for &t in &hits[1..] {
+            bucket.push(t, 100);
+        }
+        assert_eq!(times(&bucket), hits);
+        assert_eq!(bucket.len(), 7);
+    }
+
+    #[test]
+    fn window_is_half_open() {
+        let mut bucket = Bucket::new(0, 1_000);
+        bucket.push(500, 10);
+        assert!(!bucket.trim(999, 1_000));
+        assert_eq!(bucket.len(), 2);
+        // The hit at 0 is exactly one window old at 1,000: out.
+        assert!(!bucket.trim(1_000, 1_000));
+        assert_eq!(times(&bucket), [500]);
+        assert!(bucket.trim(1_500, 1_000));
+    }
+
+    #[test]
+    fn trims_through_long_gaps() {
+        let mut bucket = Bucket::new(0, 200_000);
+        bucket.push(100_000, 10);
+        bucket.push(100_001, 10);
+        assert!(!bucket.trim(200_000, 200_000));
+        assert_eq!(times(&bucket), [100_000, 100_001]);
+    }
+
+    #[test]
+    fn clock_stepping_back_keeps_order() {
+        let mut bucket = Bucket::new(5_000, 1_000);
+        bucket.push(4_000, 10);
+        assert_eq!(times(&bucket), [5_000, 5_000]);
+    }
+
+    #[test]
+    fn a_full_bucket_of_100_costs_two_bytes_a_hit() {
+        let mut bucket = Bucket::new(0, 60_000);
+        for t in 1..100 {
+            bucket.push(t * 7, 99);
+        }
+        assert_eq!(bucket.len(), 100);
+        assert_eq!(bucket.heap_bytes(), 99 * 2);
+    }
+
+    #[test]
+    fn shrinks_after_draining() {
+        let mut bucket = Bucket::new(0, 1_000);
+        for t in 1..1_000 {
+            bucket.push(t, 999);
+        }
+        assert!(!bucket.sweep(1_990));
+        assert_eq!(bucket.len(), 9);
+        assert!(bucket.heap_bytes() <= 16 * 2, "{}", bucket.heap_bytes());
+        assert_eq!(times(&bucket), (991..1_000).collect::<Vec<_>>());
+    }
+}

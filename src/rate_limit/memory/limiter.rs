@@ -1,0 +1,296 @@
+//! `InMemoryRateLimiter`: the sliding-window driver of one process.
+
+use std::fmt;
+use std::time::Duration;
+
+use async_trait::async_trait;
+
+use super::bucket::Bucket;
+use super::shards::Shards;
+use super::sweep::SweepSchedule;
+use crate::clock::{self, SharedClock};
+use crate::decision::Decision;
+use crate::rate_limit::{RateLimitError, RateLimiterDriver, SlidingWindowConfig};
+
+/// Shards of a new limiter: enough that a few cores rarely meet on one lock,
+/// few enough that a sweep or a count visits them quickly.
+const DEFAULT_SHARDS: usize = 64;
+
+/// A sliding-window limiter that keeps its buckets in this process.
+///
+/// Each key holds the times of its admitted hits, at millisecond resolution,
+/// read from the limiter's [`Clock`](crate::clock::Clock). A call drops the
+/// hits that have left the window (`now - window`, `now`] (a hit exactly one
+/// window old is out), then admits and records itself when fewer than
+/// `max_requests` remain. A refused call records nothing.
+///
+/// - **Exact.** The check and the record are one step under the lock of the
+///   key's shard, so a limit of N admits N under any concurrency.
+/// - **Scales past one core.** Keys are spread over many shards, each behind
+///   its own lock; there is no global lock on the path of a call.
+/// - **Compact.** A hit costs 2 bytes (the gap to the hit before it), so a
+///   key holding 100 hits costs a few hundred bytes in all.
+/// - **Bounded.** A bucket that holds nothing in its window is dropped as soon
+///   as a call touches it. Buckets nobody touches again are dropped by a
+///   sweep that runs inside an ordinary call once per sweep interval of clock
+///   time (default one second): the first call after the interval has passed
+///   walks the shards one lock at a time. So a flood of distinct keys costs
+///   memory for about one window of them, and the application calls nothing.
+/// - **One process.** Every replica of an application keeps its own buckets,
+///   so behind N replicas a limit is N times looser, and a restart resets it.
+///   Use the Redis driver when more than one process serves a limit.
+///
+/// `max_requests: 0` refuses every call; its `retry_after` is the window
+/// length, since no place will ever free up. A window is rounded up to whole
+/// milliseconds, so the limit never holds over a shorter span than asked.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use suprnova::clock::FakeClock;
+/// use suprnova::rate_limit::memory::InMemoryRateLimiter;
+/// use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
+///
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// let clock = FakeClock::at_unix(1_000_000);
+/// let limiter: Arc<dyn RateLimiterDriver> =
+///     Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
+/// let cfg = SlidingWindowConfig::new(2, Duration::from_secs(10));
+///
+/// assert!(limiter.try_acquire("user:42", &cfg).await?);
+/// clock.advance(Duration::from_secs(4));
+/// assert!(limiter.try_acquire("user:42", &cfg).await?);
+/// assert!(!limiter.try_acquire("user:42", &cfg).await?);
+/// // The first hit leaves the window 10 s after it was made: 6 s from now.
+/// assert_eq!(limiter.retry_after("user:42", &cfg).await?, Some(Duration::from_secs(6)));
+/// # Ok::<(), suprnova::rate_limit::RateLimitError>(())
+/// # }).unwrap();
+/// ```
+pub struct InMemoryRateLimiter {
+    shards: Shards,
+    clock: SharedClock,
+    sweep: SweepSchedule,
+}
+
+impl InMemoryRateLimiter {
+    /// The default interval between two sweeps of expired buckets.
+    pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(1);
+
+    /// A limiter on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(clock::system())
+    }
+
+    /// A limiter that reads `clock`: tests pass a
+    /// [`FakeClock`](crate::clock::FakeClock) and move it instead of
+    /// sleeping.
+    pub fn with_clock(clock: SharedClock) -> Self {
+        let now_ms = clock.unix_millis();
+        Self {
+            shards: Shards::new(DEFAULT_SHARDS),
+            sweep: SweepSchedule::new(now_ms, millis_ceil(Self::DEFAULT_SWEEP_INTERVAL)),
+            clock,
+        }
+    }
+
+    /// Sweeps expired buckets at most once per `interval` of clock time
+    /// (rounded up to whole milliseconds). A shorter interval bounds memory
+    /// tighter and costs more sweeps; `Duration::ZERO` sweeps on every call,
+    /// which only a test wants.
+    pub fn with_sweep_interval(mut self, interval: Duration) -> Self {
+        self.sweep = SweepSchedule::new(self.clock.unix_millis(), millis_ceil(interval));
+        self
+    }
+
+    /// Spreads the keys over `count` shards (rounded up to a power of two,
+    /// at least one). More shards make two calls less likely to wait for one
+    /// lock, and a sweep or a [`bucket_count`](Self::bucket_count) a little
+    /// slower. The default is 64.
+    pub fn with_shards(mut self, count: usize) -> Self {
+        self.shards = Shards::new(count);
+        self
+    }
+
+    /// Drops every bucket that holds nothing at the current time and trims
+    /// the others. Calls run it by themselves once per sweep interval; call
+    /// it to free memory at a moment of your choosing.
+    pub fn sweep(&self) {
+        self.shards.sweep(self.clock.unix_millis());
+    }
+
+    /// How many keys hold a bucket now, counting buckets whose hits have
+    /// expired but that no call or sweep has dropped yet. For diagnostics
+    /// and tests.
+    pub fn bucket_count(&self) -> usize {
+        self.shards.bucket_count()
+    }
+
+    /// [`RateLimiterDriver::acquire`] without `async`: the memory driver
+    /// never waits, so a synchronous caller can decide directly.
+    pub fn acquire_now(
+        &self,
+        key: &str,
+        config: &SlidingWindowConfig,
+    ) -> Result<Decision, RateLimitError> {
+        config.validate()?;
+        let now = self.clock.now();
+        let decision = self.decide(key, config, now);
+        self.sweep_if_due(millis_floor(now));
+        Ok(decision)
+    }
+
+    /// [`RateLimiterDriver::retry_after`] without `async`.
+    pub fn retry_after_now(
+        &self,
+        key: &str,
+        config: &SlidingWindowConfig,
+    ) -> Result<Option<Duration>, RateLimitError> {
+        config.validate()?;
+        let now = self.clock.now();
+        let wait = self.wait_for_place(key, config, now);
+        self.sweep_if_due(millis_floor(now));
+        Ok(wait)
+    }
+
+    fn decide(&self, key: &str, config: &SlidingWindowConfig, now: Duration) -> Decision {
+        let max = config.max_requests;
+        if max == 0 {
+            return refused_forever(config, now);
+        }
+        let window_ms = millis_ceil(config.window);
+        // A hit is stamped with `now` rounded up and evicted against `now`
+        // rounded down, so rounding never lets a hit leave before a whole
+        // window has really passed.
+        let (now_ms, stamp_ms) = (millis_floor(now), millis_ceil(now));
+        let mut map = self.shards.lock_for(key);
+        let Some(bucket) = map.get_mut(key) else {
+            // Only a key seen for the first time (or again after its bucket
+            // was dropped) allocates.
+            map.insert(key.into(), Bucket::new(stamp_ms, window_ms));
+            return admitted(max, 1, stamp_ms, window_ms);
+        };
+        if bucket.trim(now_ms, window_ms) {
+            bucket.restart(stamp_ms, window_ms);
+            return admitted(max, 1, stamp_ms, window_ms);
+        }
+        let count = bucket.len();
+        if count < max {
+            bucket.push(stamp_ms, max as usize - 1);
+            return admitted(max, count + 1, bucket.nth(0), window_ms);
+        }
+        let free_at = place_frees_at(bucket, max, window_ms);
+        Decision::refused(u64::from(max), until(free_at, now))
+            .with_reset_at(unix_secs_ceil(free_at))
+    }
+
+    fn wait_for_place(
+        &self,
+        key: &str,
+        config: &SlidingWindowConfig,
+        now: Duration,
+    ) -> Option<Duration> {
+        let max = config.max_requests;
+        if max == 0 {
+            return Some(config.window);
+        }
+        let window_ms = millis_ceil(config.window);
+        let mut map = self.shards.lock_for(key);
+        let bucket = map.get_mut(key)?;
+        if bucket.trim(millis_floor(now), window_ms) {
+            map.remove(key);
+            return None;
+        }
+        if bucket.len() < max {
+            return None;
+        }
+        Some(until(place_frees_at(bucket, max, window_ms), now))
+    }
+
+    fn sweep_if_due(&self, now_ms: u64) {
+        // After the caller's own shard lock is released: the sweep takes
+        // every shard's lock in turn.
+        if self.sweep.claim(now_ms) {
+            self.shards.sweep(now_ms);
+        }
+    }
+}
+
+#[async_trait]
+impl RateLimiterDriver for InMemoryRateLimiter {
+    async fn acquire(
+        &self,
+        key: &str,
+        config: &SlidingWindowConfig,
+    ) -> Result<Decision, RateLimitError> {
+        self.acquire_now(key, config)
+    }
+
+    async fn retry_after(
+        &self,
+        key: &str,
+        config: &SlidingWindowConfig,
+    ) -> Result<Option<Duration>, RateLimitError> {
+        self.retry_after_now(key, config)
+    }
+
+    fn name(&self) -> &'static str {
+        "memory"
+    }
+}
+
+impl Default for InMemoryRateLimiter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for InMemoryRateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("InMemoryRateLimiter")
+            .field("shards", &self.shards.len())
+            .field("sweep_interval_ms", &self.sweep.interval_ms())
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An admitted call that leaves `count` hits in the bucket, the oldest at
+/// `oldest_ms`.
+fn admitted(max: u32, count: u32, oldest_ms: u64, window_ms: u64) -> Decision {
+    Decision::allowed(u64::from(max), u64::from(max - count))
+        .with_reset_at(unix_secs_ceil(oldest_ms.saturating_add(window_ms)))
+}
+
+/// A limit of zero: nothing will ever free a place, so the caller is told to
+/// come back after a whole window, the longest any hit could hold a place.
+fn refused_forever(config: &SlidingWindowConfig, now: Duration) -> Decision {
+    let reopen = now.saturating_add(config.window);
+    let reset = reopen.as_secs() + u64::from(reopen.subsec_nanos() > 0);
+    Decision::refused(0, config.window).with_reset_at(i64::try_from(reset).unwrap_or(i64::MAX))
+}
+
+/// When a full bucket next has a place: when the hit that keeps it at the
+/// limit leaves the window. That is the oldest hit, unless the limit was
+/// lowered while the bucket held more hits than the new limit.
+fn place_frees_at(bucket: &Bucket, max: u32, window_ms: u64) -> u64 {
+    bucket.nth(bucket.len() - max).saturating_add(window_ms)
+}
+
+/// The time from `now` until `at_ms`, exact to the clock's resolution.
+fn until(at_ms: u64, now: Duration) -> Duration {
+    Duration::from_millis(at_ms).saturating_sub(now)
+}
+
+/// Whole milliseconds, rounded down.
+fn millis_floor(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Whole milliseconds, rounded up, so a window is never shortened.
+fn millis_ceil(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos().div_ceil(1_000_000)).unwrap_or(u64::MAX)
+}
+
+fn unix_secs_ceil(ms: u64) -> i64 {
+    i64::try_from(ms.div_ceil(1_000)).unwrap_or(i64::MAX)
+}

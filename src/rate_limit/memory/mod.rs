@@ -1,0 +1,12 @@
+//! The in-memory sliding-window driver: buckets in this process's heap,
+//! sharded over many locks, a few bytes a hit, swept by the calls
+//! themselves.
+//!
+//! See [`InMemoryRateLimiter`].
+
+mod bucket;
+mod limiter;
+mod shards;
+mod sweep;
+
+pub use limiter::InMemoryRateLimiter;
