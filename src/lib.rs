@@ -32,6 +32,7 @@ pub mod rate_limit;
 pub mod redis_client;
 pub mod routing;
 pub mod server;
+pub mod throttle;
 
 pub use async_trait::async_trait;
 pub use chrono;
@@ -40,3 +41,4 @@ pub use crate::http::{HttpResponse, Request, Response};
 pub use crate::limiter::{GlobalLimit, Limit, LimitResult, RateLimiter, Unlimited};
 pub use crate::middleware::{Middleware, Next};
 pub use crate::routing::Router;
+pub use crate::throttle::ThrottleRequestsMiddleware;
