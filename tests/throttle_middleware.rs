@@ -3,19 +3,16 @@
 //! named limiters, on the memory store with a frozen clock.
 
 mod support;
+mod throttle_support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use support::clock_at;
-use suprnova::cache::{Cache, MemoryStore, Store};
-use suprnova::clock::{Clock, FakeClock};
-use suprnova::container::App;
-use suprnova::limiter::CacheRateLimiter;
-use suprnova::middleware::register_middleware_alias_with_args;
+use suprnova::cache::Cache;
+use suprnova::clock::Clock;
 use suprnova::rate_limit::BackendErrorPolicy;
 use suprnova::server::{handle_request, handle_request_with_peer};
 use suprnova::throttle::{DEFAULT_DECAY_SECONDS, DEFAULT_MAX_ATTEMPTS, ThrottleAliasError};
@@ -23,19 +20,10 @@ use suprnova::{
     HttpResponse, Limit, Middleware, Next, RateLimiter, Request, Response, Router,
     ThrottleRequestsMiddleware, async_trait,
 };
+use throttle_support::{memory_app as app_on, ok_routes};
 
 const GUEST: &str = "203.0.113.5:40000";
 const OTHER: &str = "198.51.100.7:40000";
-
-fn app_on(clock: &FakeClock) -> App {
-    let app = App::new();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock.shared()));
-    app.install::<dyn Store>(store.clone());
-    app.install(Arc::new(CacheRateLimiter::new(store, clock.shared())));
-    let _current = app.enter();
-    register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
-    app
-}
 
 /// Signs in the user named by the `x-user` header, as an auth middleware
 /// would.
@@ -58,12 +46,6 @@ async fn status_from_query(req: Request) -> HttpResponse {
         .and_then(|s| s.parse().ok())
         .unwrap_or(200);
     HttpResponse::text("done").status(status)
-}
-
-fn ok_routes(paths: &[&str]) -> Router {
-    paths.iter().fold(Router::new(), |router, path| {
-        router.get(path, |_req: Request| async { HttpResponse::text("ok") })
-    })
 }
 
 async fn get(router: &Router, uri: &str, peer: &str) -> HttpResponse {

@@ -5,6 +5,7 @@
 #![cfg(feature = "redis")]
 
 mod support;
+mod throttle_support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -17,15 +18,14 @@ use http_body_util::Full;
 use support::http::{Reply, TestServer};
 use support::redis::{RedisCluster, RedisServer};
 use support::unique_prefix;
-use suprnova::cache::{RedisStore, Store};
+use suprnova::cache::RedisStore;
 use suprnova::clock;
 use suprnova::container::App;
-use suprnova::limiter::CacheRateLimiter;
-use suprnova::middleware::register_middleware_alias_with_args;
 use suprnova::rate_limit::BackendErrorPolicy;
 use suprnova::redis_client::{RedisConfig, RedisConnection};
 use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
+use throttle_support::{limiter_app, ok_routes, with_status};
 
 const PEER: &str = "203.0.113.5:40000";
 
@@ -37,17 +37,14 @@ fn app_on_redis(url: &str, prefix: &str) -> App {
     config.connect_timeout = Duration::from_millis(300);
     config.response_timeout = Duration::from_millis(300);
     let conn = RedisConnection::new(config).unwrap();
-    let store: Arc<dyn Store> = Arc::new(RedisStore::new(conn).with_prefix(prefix));
-    let app = App::new();
-    app.install::<dyn Store>(store.clone());
-    app.install(Arc::new(CacheRateLimiter::new(store, clock::system())));
-    let _current = app.enter();
-    register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
-    app
+    limiter_app(
+        Arc::new(RedisStore::new(conn).with_prefix(prefix)),
+        clock::system(),
+    )
 }
 
 fn ok_route(path: &str) -> Router {
-    Router::new().get(path, |_req: Request| async { HttpResponse::text("ok") })
+    ok_routes(&[path])
 }
 
 async fn get(router: &Router, path: &str) -> HttpResponse {
@@ -129,13 +126,11 @@ async fn limits_that_share_a_key_count_under_fallback_keys_on_redis() {
             Limit::per_second(2, 1).by("ip:203.0.113.5"),
             Limit::per_minute(5).by("ip:203.0.113.5"),
         ]));
-        let statuses: Vec<u16> = join_all((0..3).map(|_| get(&router, "/f")))
-            .await
-            .iter()
-            .map(HttpResponse::status_code)
-            .collect();
-        assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 2);
-        assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 1);
+        let replies = join_all((0..3).map(|_| get(&router, "/f"))).await;
+        assert_eq!(
+            (with_status(&replies, 200), with_status(&replies, 429)),
+            (2, 1)
+        );
         let per_second = format!("{prefix}ip:203.0.113.5:attempts:2:decay:1");
         let per_minute = format!("{prefix}ip:203.0.113.5:attempts:5:decay:60");
         assert!(raw_get(&server, &per_second).ends_with("\r\n2\r\n"));

@@ -4,10 +4,10 @@
 //! path), as in the measurements.
 
 mod support;
+mod throttle_support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -15,34 +15,17 @@ use futures_util::future::join_all;
 use http_body_util::Full;
 use support::clock_at;
 use support::http::TestServer;
-use suprnova::cache::{MemoryStore, Store};
-use suprnova::clock::{Clock, FakeClock};
-use suprnova::container::App;
-use suprnova::limiter::CacheRateLimiter;
-use suprnova::middleware::register_middleware_alias_with_args;
+use suprnova::clock::Clock;
 use suprnova::server::handle_request_with_peer;
-use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
+use suprnova::{HttpResponse, Limit, RateLimiter, Router};
+use throttle_support::{memory_app as app_on, ok_routes, with_status};
 
 const PEER: &str = "203.0.113.5:40000";
 /// The bucket every scenario counts in: one address on one path.
 const KEY: &str = "ip:203.0.113.5:path:/api";
 
-/// A container with a rate limiter over a memory store on `clock`, and the
-/// `throttle` alias registered.
-fn app_on(clock: &FakeClock) -> App {
-    let app = App::new();
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(clock.shared()));
-    app.install::<dyn Store>(store.clone());
-    app.install(Arc::new(CacheRateLimiter::new(store, clock.shared())));
-    let _current = app.enter();
-    register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
-    app
-}
-
 fn router(alias: &str) -> Router {
-    Router::new()
-        .get("/api", |_req: Request| async { HttpResponse::text("ok") })
-        .middleware_named(alias)
+    ok_routes(&["/api"]).middleware_named(alias)
 }
 
 /// `n` concurrent requests from the one caller.
@@ -315,28 +298,19 @@ async fn refused_requests_are_not_counted() {
     let app = app_on(&clock);
     app.scope(async {
         let router = router("throttle:2,1");
-        let statuses: Vec<u16> = burst(&router, 3)
-            .await
-            .iter()
-            .map(HttpResponse::status_code)
-            .collect();
-        assert_eq!(statuses.iter().filter(|&&s| s == 200).count(), 2);
-        assert_eq!(statuses.iter().filter(|&&s| s == 429).count(), 1);
+        let first = burst(&router, 3).await;
+        assert_eq!((with_status(&first, 200), with_status(&first, 429)), (2, 1));
         assert_eq!(RateLimiter::attempts(KEY).await.unwrap(), 2);
 
         // Retrying does not keep the window full either.
         clock.advance(Duration::from_secs(30));
-        assert_eq!(tally429(&burst(&router, 10).await), 10);
+        assert_eq!(with_status(&burst(&router, 10).await, 429), 10);
         assert_eq!(RateLimiter::attempts(KEY).await.unwrap(), 2);
         clock.advance(Duration::from_secs(30));
         assert_eq!(burst(&router, 1).await[0].status_code(), 200);
         assert_eq!(RateLimiter::attempts(KEY).await.unwrap(), 1);
     })
     .await;
-}
-
-fn tally429(responses: &[HttpResponse]) -> usize {
-    responses.iter().filter(|r| r.status_code() == 429).count()
 }
 
 /// The boundary scenario again, over real HTTP connections on loopback.
