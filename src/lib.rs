@@ -18,6 +18,7 @@
 //! `RATE_LIMIT_REDIS_URL` and `APP_TRUSTED_PROXIES`.
 #![warn(clippy::print_stdout, clippy::print_stderr)]
 
+pub mod bootstrap;
 pub mod cache;
 pub mod clock;
 pub mod config;
@@ -32,6 +33,8 @@ pub mod rate_limit;
 pub mod redis_client;
 pub mod routing;
 pub mod server;
+mod sharded;
+mod sweep;
 pub mod throttle;
 
 pub use async_trait::async_trait;
@@ -42,3 +45,13 @@ pub use crate::limiter::{GlobalLimit, Limit, LimitResult, RateLimiter, Unlimited
 pub use crate::middleware::{Middleware, Next};
 pub use crate::routing::Router;
 pub use crate::throttle::ThrottleRequestsMiddleware;
+
+/// The guides under `docs/` and the README, compiled as doc tests so that
+/// every Rust example in them keeps building.
+#[cfg(doctest)]
+mod guides {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+    #[doc = include_str!("../docs/deployment.md")]
+    struct Deployment;
+}

@@ -198,26 +198,8 @@ async fn twenty_tasks_of_fifty_admit_exactly_100() {
         let clock = support::clock_at(12, 0, 0);
         let limiter: Arc<dyn RateLimiterDriver> =
             Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
-        let cfg = per(100, 60);
-        let start = Arc::new(tokio::sync::Barrier::new(20));
-        let tasks: Vec<_> = (0..20)
-            .map(|_| {
-                let (limiter, start) = (limiter.clone(), start.clone());
-                tokio::spawn(async move {
-                    start.wait().await;
-                    let mut admitted = 0_u32;
-                    for _ in 0..50 {
-                        admitted += u32::from(limiter.try_acquire("hot", &cfg).await.unwrap());
-                        tokio::task::yield_now().await;
-                    }
-                    admitted
-                })
-            })
-            .collect();
-        let mut admitted = 0;
-        for task in tasks {
-            admitted += task.await.unwrap();
-        }
+        let tasks = vec![limiter; 20];
+        let admitted = conformance::admitted_by_contenders(tasks, 50, "hot", per(100, 60)).await;
         assert_eq!(admitted, 100, "run {run}");
     }
 }

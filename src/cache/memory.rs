@@ -1,17 +1,14 @@
 //! `MemoryStore`: the cache in this process's memory.
 
-use std::collections::HashMap;
 use std::fmt;
-use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use foldhash::fast::RandomState;
 
 use super::store::{CacheError, IncrementOutcome, Store, parse_integer};
 use crate::clock::{self, SharedClock};
+use crate::sharded::{Shard, ShardedMap};
+use crate::sweep::SweepSchedule;
 
 /// A cache store in this process's memory, as Laravel's `ArrayStore`.
 ///
@@ -47,15 +44,10 @@ use crate::clock::{self, SharedClock};
 /// # }).unwrap();
 /// ```
 pub struct MemoryStore {
-    shards: Box<[Mutex<Shard>]>,
-    hasher: RandomState,
+    entries: ShardedMap<Entry>,
     clock: SharedClock,
-    sweep_every: Duration,
-    /// When the next sweep is due, in nanoseconds since the Unix epoch.
-    next_sweep: AtomicU64,
+    sweep: SweepSchedule,
 }
-
-type Shard = HashMap<String, Entry, RandomState>;
 
 #[derive(Debug, Clone)]
 struct Entry {
@@ -82,35 +74,24 @@ impl MemoryStore {
     /// A store on `clock`.
     pub fn with_clock(clock: SharedClock) -> Self {
         let threads = std::thread::available_parallelism().map_or(1, usize::from);
-        let count = (threads * 4).next_power_of_two().max(16);
-        let hasher = RandomState::default();
-        let shards = (0..count)
-            .map(|_| Mutex::new(HashMap::with_hasher(hasher.clone())))
-            .collect();
-        let now = clock.now();
-        let store = Self {
-            shards,
-            hasher,
+        let sweep = SweepSchedule::new(clock.unix_millis(), millis(Self::DEFAULT_SWEEP_INTERVAL));
+        Self {
+            entries: ShardedMap::new((threads * 4).max(16)),
             clock,
-            sweep_every: Self::DEFAULT_SWEEP_INTERVAL,
-            next_sweep: AtomicU64::new(0),
-        };
-        store.schedule_sweep(now);
-        store
+            sweep,
+        }
     }
 
     /// Sweeps expired entries every `every` instead of once a minute.
     pub fn with_sweep_interval(mut self, every: Duration) -> Self {
-        self.sweep_every = every;
-        let now = self.clock.now();
-        self.schedule_sweep(now);
+        self.sweep = SweepSchedule::new(self.clock.unix_millis(), millis(every));
         self
     }
 
     /// How many entries the store holds, counting expired ones that no call
     /// has removed yet.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| lock(s).len()).sum()
+        self.entries.len()
     }
 
     /// Whether the store holds no entry.
@@ -121,39 +102,17 @@ impl MemoryStore {
     /// Removes every expired entry now.
     pub fn sweep(&self) {
         let now = self.clock.now();
-        for shard in self.shards.iter() {
-            lock(shard).retain(|_, entry| entry.is_live(now));
-        }
-    }
-
-    fn schedule_sweep(&self, now: Duration) {
-        self.next_sweep.store(
-            nanos(now.saturating_add(self.sweep_every)),
-            Ordering::Relaxed,
-        );
+        self.entries.retain(|_, entry| entry.is_live(now));
     }
 
     /// Runs `f` on the shard of `key` with the live entry (an expired one is
     /// removed first), after sweeping when a sweep is due.
-    fn with_entry<T>(&self, key: &str, f: impl FnOnce(&mut Shard, Duration) -> T) -> T {
+    fn with_entry<T>(&self, key: &str, f: impl FnOnce(&mut Shard<Entry>, Duration) -> T) -> T {
         let now = self.clock.now();
-        let due = self.next_sweep.load(Ordering::Relaxed);
-        // One caller wins the exchange and sweeps; the others go on.
-        if nanos(now) >= due
-            && self
-                .next_sweep
-                .compare_exchange(
-                    due,
-                    nanos(now.saturating_add(self.sweep_every)),
-                    Ordering::AcqRel,
-                    Ordering::Relaxed,
-                )
-                .is_ok()
-        {
+        if self.sweep.claim(millis(now)) {
             self.sweep();
         }
-        let index = (self.hasher.hash_one(key) as usize) & (self.shards.len() - 1);
-        let mut shard = lock(&self.shards[index]);
+        let mut shard = self.entries.lock_for(key);
         if shard.get(key).is_some_and(|e| !e.is_live(now)) {
             shard.remove(key);
         }
@@ -192,7 +151,7 @@ impl Store for MemoryStore {
                 value: value.to_owned(),
                 expires_at: Self::expiry(now, ttl),
             };
-            shard.insert(key.to_owned(), entry);
+            shard.insert(key.into(), entry);
         });
         Ok(())
     }
@@ -206,7 +165,7 @@ impl Store for MemoryStore {
                 value: value.to_owned(),
                 expires_at: Self::expiry(now, ttl),
             };
-            shard.insert(key.to_owned(), entry);
+            shard.insert(key.into(), entry);
             true
         }))
     }
@@ -229,7 +188,7 @@ impl Store for MemoryStore {
                         value: next.to_string(),
                         expires_at: None,
                     };
-                    shard.insert(key.to_owned(), entry);
+                    shard.insert(key.into(), entry);
                 }
             }
             Ok(next)
@@ -251,13 +210,21 @@ impl Store for MemoryStore {
             let outcome = IncrementOutcome::decide(current, amount, ceiling);
             if outcome.counted {
                 let decay = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
-                let entry = shard.entry(key.to_owned()).or_insert(Entry {
-                    value: String::new(),
-                    expires_at: None,
-                });
-                entry.value = outcome.count.to_string();
-                if entry.expires_at.is_none() {
-                    entry.expires_at = Self::expiry(now, decay);
+                // Look up before inserting: only a new key allocates.
+                match shard.get_mut(key) {
+                    Some(entry) => {
+                        entry.value = outcome.count.to_string();
+                        if entry.expires_at.is_none() {
+                            entry.expires_at = Self::expiry(now, decay);
+                        }
+                    }
+                    None => {
+                        let entry = Entry {
+                            value: outcome.count.to_string(),
+                            expires_at: Self::expiry(now, decay),
+                        };
+                        shard.insert(key.into(), entry);
+                    }
                 }
             }
             Ok(outcome)
@@ -282,14 +249,8 @@ impl Store for MemoryStore {
     }
 }
 
-fn lock(shard: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
-    // A panic while a shard was locked leaves whole entries behind (every
-    // write is one insert or one assignment), so the data is still sound.
-    shard.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-fn nanos(at: Duration) -> u64 {
-    u64::try_from(at.as_nanos()).unwrap_or(u64::MAX)
+fn millis(at: Duration) -> u64 {
+    u64::try_from(at.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
@@ -320,6 +281,23 @@ mod tests {
         store.get("other").await.unwrap();
         assert_eq!(store.len(), 1);
         assert_eq!(store.get("long").await.unwrap().as_deref(), Some("1"));
+    }
+
+    #[tokio::test]
+    async fn a_clock_set_back_does_not_stop_sweeping() {
+        let clock = FakeClock::at_unix(1_000);
+        let store =
+            MemoryStore::with_clock(clock.shared()).with_sweep_interval(Duration::from_secs(30));
+        clock.set(chrono::DateTime::from_timestamp(900, 0).unwrap());
+        for i in 0..100 {
+            store
+                .put(&format!("k{i}"), "1", Duration::from_secs(5))
+                .await
+                .unwrap();
+        }
+        clock.advance(Duration::from_secs(31));
+        store.get("other").await.unwrap();
+        assert_eq!(store.len(), 0);
     }
 
     #[tokio::test]

@@ -7,7 +7,7 @@ use std::time::Duration;
 use ::redis::{Script, cmd};
 use async_trait::async_trait;
 
-use super::store::{CacheError, IncrementOutcome, Store, ttl_seconds};
+use super::store::{CacheError, IncrementOutcome, Store};
 use crate::redis_client::RedisConnection;
 
 /// The `add` script, the one Laravel's Redis store runs.
@@ -127,11 +127,11 @@ impl Store for RedisStore {
     }
 
     async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
-        let setex = cmd("SETEX")
+        let mut setex = cmd("SETEX");
+        setex
             .arg(self.full_key(key))
             .arg(ttl_seconds(ttl))
-            .arg(value)
-            .clone();
+            .arg(value);
         Ok(self.conn.query(&setex).await?)
     }
 
@@ -188,5 +188,21 @@ impl Store for RedisStore {
 
     fn name(&self) -> &'static str {
         "redis"
+    }
+}
+
+/// A time to live as whole seconds, at least 1 (Laravel's `max(1, $seconds)`).
+fn ttl_seconds(ttl: Duration) -> u64 {
+    ttl.as_secs().max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ttl_is_whole_seconds_and_at_least_one() {
+        assert_eq!(ttl_seconds(Duration::ZERO), 1);
+        assert_eq!(ttl_seconds(Duration::from_millis(2900)), 2);
     }
 }

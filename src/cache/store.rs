@@ -206,11 +206,6 @@ pub(crate) fn parse_integer(key: &str, value: &str) -> Result<i64, CacheError> {
     })
 }
 
-/// A time to live as whole seconds, at least 1 (Laravel's `max(1, $seconds)`).
-pub(crate) fn ttl_seconds(ttl: Duration) -> u64 {
-    ttl.as_secs().max(1)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,11 +230,5 @@ mod tests {
         );
         assert!(!IncrementOutcome::decide(i64::MAX, 1, i64::MAX).counted);
         assert!(IncrementOutcome::decide(i64::MAX - 1, 1, i64::MAX).counted);
-    }
-
-    #[test]
-    fn ttl_is_at_least_one_second() {
-        assert_eq!(ttl_seconds(Duration::ZERO), 1);
-        assert_eq!(ttl_seconds(Duration::from_millis(2900)), 2);
     }
 }

@@ -12,8 +12,10 @@ use crate::keys::canonical_ip;
 
 /// The proxies whose forwarded headers are believed.
 ///
-/// Entries are addresses or CIDR ranges, IPv4 or IPv6. A `/0` range of
-/// either family is refused: it would make every client a trusted proxy, and
+/// Entries are addresses or CIDR ranges, IPv4 or IPv6; an IPv4 range written
+/// in IPv6 form (`::ffff:10.0.0.0/104`) is kept as its IPv4 range. A range of
+/// every address is refused (`0.0.0.0/0`, `::/0`, and `::ffff:0:0/96`, which
+/// is every IPv4 address): it would make every client a trusted proxy, and
 /// let each one pick the address it is limited by.
 ///
 /// ```
@@ -23,6 +25,7 @@ use crate::keys::canonical_ip;
 /// assert!(proxies.contains("173.245.50.1".parse().unwrap()));
 /// assert!(!proxies.contains("10.0.0.6".parse().unwrap()));
 /// assert!("0.0.0.0/0".parse::<TrustedProxies>().is_err());
+/// assert!("::ffff:0:0/96".parse::<TrustedProxies>().is_err());
 /// ```
 #[derive(Clone, Default, PartialEq, Eq)]
 pub struct TrustedProxies {
@@ -33,14 +36,15 @@ pub struct TrustedProxies {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TrustedProxiesError {
     /// The entry is neither an address nor a CIDR range.
-    #[error("{entry:?} is neither an IP address nor a CIDR range (such as 10.0.0.0/8)")]
+    #[error("{entry:?} is neither an IP address nor a CIDR range (such as 10.0.0.5 or 10.0.0.0/8)")]
     NotAnAddress {
         /// The entry as written.
         entry: String,
     },
-    /// The entry is a range of every address.
+    /// The entry is a range of every address: a `/0` of either family, or
+    /// `::ffff:0:0/96`, every IPv4 address written in IPv6 form.
     #[error(
-        "{entry:?} is a /0 range: it makes every client a trusted proxy that can choose its own address; list only the addresses of your proxies"
+        "{entry:?} covers every address, so every client would be a trusted proxy and choose the address it is limited by; list only the addresses and ranges of your proxies"
     )]
     EveryAddress {
         /// The entry as written.
@@ -62,17 +66,13 @@ impl TrustedProxies {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         match env.get(Self::VARIABLE) {
             None => Ok(Self::none()),
-            Some(raw) => raw.parse().map_err(|e: TrustedProxiesError| {
-                let entry = match &e {
-                    TrustedProxiesError::NotAnAddress { entry }
-                    | TrustedProxiesError::EveryAddress { entry } => entry.clone(),
-                };
-                ConfigError::Invalid {
+            Some(raw) => raw
+                .parse()
+                .map_err(|e: TrustedProxiesError| ConfigError::Invalid {
                     variable: Self::VARIABLE.to_owned(),
-                    value: entry,
+                    value: raw.clone(),
                     reason: e.to_string(),
-                }
-            }),
+                }),
         }
     }
 
@@ -101,48 +101,65 @@ impl TrustedProxies {
     /// untrusted one is the client. An entry that is not an address ends the
     /// walk, and the proxy that wrote it is returned. When every entry is
     /// trusted the leftmost is returned. `X-Real-IP` is read only when there
-    /// is no `X-Forwarded-For`.
+    /// is no `X-Forwarded-For`. `Forwarded` (RFC 7239) is never read.
+    ///
+    /// The walk touches only the entries it reads, from the right, so a
+    /// header of any size with any bytes on its left costs no more than the
+    /// entries the proxies appended.
     pub fn client_ip(&self, peer: IpAddr, headers: &HeaderMap) -> IpAddr {
         let peer = canonical_ip(peer);
         if !self.contains(peer) {
             return peer;
         }
-        let mut forwarded = headers.get_all("x-forwarded-for").iter().peekable();
-        if forwarded.peek().is_some() {
-            let lines: Vec<Option<&str>> = forwarded.map(|v| v.to_str().ok()).collect();
-            let mut writer = peer;
-            for line in lines.iter().rev() {
-                let Some(line) = line else {
-                    return writer;
-                };
-                for entry in line.rsplit(',') {
-                    match parse_forwarded_ip(entry) {
-                        None => return writer,
-                        Some(ip) if self.contains(ip) => writer = ip,
-                        Some(ip) => return ip,
-                    }
-                }
-            }
-            return writer;
+        let forwarded = headers.get_all("x-forwarded-for");
+        if forwarded.iter().next().is_some() {
+            return self.walk_forwarded_for(peer, forwarded);
         }
         let mut real = headers.get_all("x-real-ip").iter();
         match (real.next(), real.next()) {
-            (Some(value), None) => value
-                .to_str()
-                .ok()
-                .and_then(parse_forwarded_ip)
-                .unwrap_or(peer),
+            (Some(value), None) => parse_forwarded_ip(value.as_bytes()).unwrap_or(peer),
+            // Two X-Real-IP lines: no way to tell which one the proxy wrote.
             _ => peer,
         }
+    }
+
+    /// Walks the `X-Forwarded-For` lines from the right. `writer` is the
+    /// proxy that wrote the entry being read: the peer for the rightmost,
+    /// then each trusted entry for the one to its left.
+    fn walk_forwarded_for(
+        &self,
+        peer: IpAddr,
+        lines: http::header::GetAll<'_, http::HeaderValue>,
+    ) -> IpAddr {
+        let mut writer = peer;
+        // Entries are split on the raw bytes, not on the line as text: a byte
+        // outside ASCII that a client put on the left of a line must not hide
+        // the entries its proxies appended on the right.
+        for line in lines.iter().rev() {
+            for entry in line.as_bytes().rsplit(|&b| b == b',') {
+                match parse_forwarded_ip(entry) {
+                    None => return writer,
+                    Some(ip) if self.contains(ip) => writer = ip,
+                    Some(ip) => return ip,
+                }
+            }
+        }
+        writer
     }
 }
 
 /// Parses one forwarded entry: an address, optionally with a port
 /// (`203.0.113.7:5123`, `[2001:db8::1]:443`) or in brackets. IPv4-mapped
-/// IPv6 comes back as IPv4.
-pub(crate) fn parse_forwarded_ip(entry: &str) -> Option<IpAddr> {
-    let entry = entry.trim();
-    if entry.is_empty() || entry.len() > 64 {
+/// IPv6 comes back as IPv4. Anything else (`unknown`, an empty entry, bytes
+/// that are not ASCII) is `None`.
+pub(crate) fn parse_forwarded_ip(entry: &[u8]) -> Option<IpAddr> {
+    // The longest address with brackets and a port is 53 bytes; the cap keeps
+    // a hostile entry from costing more than a short one.
+    if entry.len() > 64 {
+        return None;
+    }
+    let entry = std::str::from_utf8(entry).ok()?.trim();
+    if entry.is_empty() {
         return None;
     }
     let ip = entry
@@ -176,12 +193,16 @@ impl FromStr for TrustedProxies {
                 .map_err(|_| TrustedProxiesError::NotAnAddress {
                     entry: entry.to_owned(),
                 })?;
+            // Checked after the mapped form is turned into IPv4, or
+            // `::ffff:0:0/96` would slip through as a /96 and then trust
+            // every IPv4 client as 0.0.0.0/0.
+            let net = canonical_net(net);
             if net.prefix_len() == 0 {
                 return Err(TrustedProxiesError::EveryAddress {
                     entry: entry.to_owned(),
                 });
             }
-            nets.push(canonical_net(net));
+            nets.push(net);
         }
         Ok(Self { nets })
     }
@@ -200,10 +221,19 @@ fn canonical_net(net: IpNet) -> IpNet {
     }
 }
 
+/// A single address as the address (`10.0.0.5`), a range in CIDR form.
+fn show_net(net: &IpNet) -> String {
+    if net.prefix_len() == net.max_prefix_len() {
+        net.addr().to_string()
+    } else {
+        net.to_string()
+    }
+}
+
 impl fmt::Debug for TrustedProxies {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.nets.iter().map(|n| n.to_string()))
+            .entries(self.nets.iter().map(show_net))
             .finish()
     }
 }
@@ -213,7 +243,88 @@ impl fmt::Display for TrustedProxies {
         if self.nets.is_empty() {
             return f.write_str("none");
         }
-        let list: Vec<String> = self.nets.iter().map(|n| n.to_string()).collect();
+        let list: Vec<String> = self.nets.iter().map(show_net).collect();
         f.write_str(&list.join(","))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn every_address_is_refused_in_each_spelling() {
+        for entry in ["0.0.0.0/0", "::/0", "::ffff:0:0/96", "::ffff:0.0.0.0/96"] {
+            let err = format!("10.0.0.5, {entry}")
+                .parse::<TrustedProxies>()
+                .unwrap_err();
+            assert_eq!(
+                err,
+                TrustedProxiesError::EveryAddress {
+                    entry: entry.to_owned()
+                }
+            );
+        }
+    }
+
+    #[test]
+    fn mapped_ranges_become_ipv4_ranges() {
+        let proxies: TrustedProxies = "::ffff:10.0.0.0/104".parse().unwrap();
+        assert_eq!(proxies.to_string(), "10.0.0.0/8");
+        assert!(proxies.contains(ip("10.9.9.9")));
+        assert!(proxies.contains(ip("::ffff:10.9.9.9")));
+        assert!(!proxies.contains(ip("11.0.0.1")));
+    }
+
+    #[test]
+    fn spaces_and_empty_entries_are_tolerated() {
+        let proxies: TrustedProxies = " 10.0.0.5 ,, 2001:db8::/32 ,".parse().unwrap();
+        assert_eq!(proxies.to_string(), "10.0.0.5,2001:db8::/32");
+        assert!("".parse::<TrustedProxies>().unwrap().is_empty());
+    }
+
+    #[test]
+    fn an_address_with_a_port_is_not_an_entry() {
+        let err = "10.0.0.5:80".parse::<TrustedProxies>().unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "\"10.0.0.5:80\" is neither an IP address nor a CIDR range (such as 10.0.0.5 or 10.0.0.0/8)"
+        );
+    }
+
+    #[test]
+    fn forwarded_entries() {
+        assert_eq!(
+            parse_forwarded_ip(b" 203.0.113.7:5123 "),
+            Some(ip("203.0.113.7"))
+        );
+        assert_eq!(
+            parse_forwarded_ip(b"[2001:db8::1]:443"),
+            Some(ip("2001:db8::1"))
+        );
+        assert_eq!(
+            parse_forwarded_ip(b"[2001:db8::1]"),
+            Some(ip("2001:db8::1"))
+        );
+        assert_eq!(
+            parse_forwarded_ip(b"::ffff:203.0.113.1"),
+            Some(ip("203.0.113.1"))
+        );
+        for junk in [
+            &b""[..],
+            b"unknown",
+            b"_hidden",
+            b"1.2.3",
+            b"203.0.113.7:99999",
+            b"fe80::1%eth0",
+            b"\xff203.0.113.7",
+        ] {
+            assert_eq!(parse_forwarded_ip(junk), None, "{junk:?}");
+        }
+        assert_eq!(parse_forwarded_ip("1".repeat(10_000).as_bytes()), None);
     }
 }

@@ -28,10 +28,11 @@ use crate::clock::SharedClock;
 /// | `K` | the count, an integer | `D`, set when the window opens |
 /// | `K:timer` | the end of the window in Unix seconds: `floor(now) + D` | `D`, set when the window opens |
 ///
-/// The window opens at the first hit (both entries are written with
-/// [`Store::add`], so only the first caller of a window writes them), and
-/// later hits extend neither time to live. When both expire the next hit
-/// opens a new window.
+/// The window opens at the first hit: the timer is written with
+/// [`Store::add`], so only the first caller of a window writes it, and the
+/// counter with [`Store::increment_if_below`], which gives a new counter its
+/// time to live in the same atomic step as the count. Later hits extend
+/// neither time to live. When both expire the next hit opens a new window.
 ///
 /// A window of 0 seconds or less stores nothing: the hit returns the amount
 /// and never limits, as in Laravel.
@@ -276,32 +277,42 @@ impl CacheRateLimiter {
     ) -> Result<IncrementOutcome, CacheError> {
         let key = clean_rate_limiter_key(key);
         let window = self.window(decay_seconds);
-        if !window.opens() || amount > ceiling {
-            // Nothing can count, or nothing is kept: touch no entry.
-            let current = if window.opens() {
-                self.attempts_of(&key).await?
-            } else {
-                0
-            };
-            return Ok(IncrementOutcome::decide(current, amount, ceiling));
+        if !window.opens() {
+            return Ok(IncrementOutcome::decide(0, amount, ceiling));
         }
-        // The timer first, as `count` does, so that a counter never exists
-        // without its timer (too_many_attempts would take that for an
-        // expired window and reset it). The two run concurrently, the timer
-        // polled first: one multiplexed Redis connection then sends both in
-        // one round trip, and a single node runs them in the order sent. On
-        // a cluster the two keys may live on different nodes, so one that
-        // lags could let a new window's counter reach its maximum before
-        // any timer of that window is written; a check in that gap would
-        // reset the counter as it resets one whose window ended.
-        let timer = timer_key(&key);
-        let ends_at = window.ends_at.to_string();
-        let (_, outcome) = futures_util::future::try_join(
-            self.store.add(&timer, &ends_at, window.ttl()),
+        if amount <= ceiling {
+            // The timer first, as `count` does, so that a counter never
+            // exists without its timer (too_many_attempts would take that
+            // for an expired window and reset it). The two run concurrently,
+            // the timer polled first: one multiplexed Redis connection then
+            // sends both in one round trip, and a single node runs them in
+            // the order sent. On a cluster the two keys may live on
+            // different nodes, so one that lags could let a new window's
+            // counter reach its maximum before any timer of that window is
+            // written; a check in that gap would reset the counter as it
+            // resets one whose window ended.
+            let timer = timer_key(&key);
+            let ends_at = window.ends_at.to_string();
+            let (_, outcome) = futures_util::future::try_join(
+                self.store.add(&timer, &ends_at, window.ttl()),
+                self.store
+                    .increment_if_below(&key, window.ttl_seconds, amount, ceiling),
+            )
+            .await?;
+            return Ok(outcome);
+        }
+        // An amount above the ceiling counts only on a count below zero,
+        // which a decrement left in a window it opened. Count first, so that
+        // a refused call on a fresh key writes nothing at all.
+        let outcome = self
+            .store
+            .increment_if_below(&key, window.ttl_seconds, amount, ceiling)
+            .await?;
+        if outcome.counted {
             self.store
-                .increment_if_below(&key, window.ttl_seconds, amount, ceiling),
-        )
-        .await?;
+                .add(&timer_key(&key), &window.ends_at.to_string(), window.ttl())
+                .await?;
+        }
         Ok(outcome)
     }
 
@@ -312,27 +323,43 @@ impl CacheRateLimiter {
         }
     }
 
-    /// Laravel's `increment`, step by step, on a cleaned key.
+    /// Counts `amount` on a cleaned key.
+    ///
+    /// Laravel's `increment` writes the counter with `add(K, 0)`, `INCRBY`,
+    /// and a `put(K, amount)` when `INCRBY` answers `amount` (to give a
+    /// counter that expired in between a time to live). Under concurrency at
+    /// the start of a window that `put` can overwrite another caller's count:
+    /// twenty connections deciding on the count admitted 111 of a limit of
+    /// 100 that way. Here the counter is written by one atomic step of the
+    /// store that increments and gives a new counter the window's time to
+    /// live, so every caller gets a count of its own. The entries are the
+    /// same as Laravel's.
     async fn count(&self, key: &str, window: Window, amount: i64) -> Result<i64, CacheError> {
-        let ttl = window.ttl();
-        if window.opens() {
-            self.store
-                .add(&timer_key(key), &window.ends_at.to_string(), ttl)
-                .await?;
-        }
-        let added = window.opens() && self.store.add(key, "0", ttl).await?;
-        let hits = self.store.increment(key, amount).await?;
-        if !added && hits == amount {
-            // The counter vanished between the add and the increment (or
-            // stood at 0), and the increment re-created it without a time to
-            // live: give it the window's, or remove it when no window opens.
-            if window.opens() {
-                self.store.put(key, &amount.to_string(), ttl).await?;
-            } else {
+        if !window.opens() {
+            // No window to count in: count in the open one, if any, and
+            // leave nothing behind otherwise (Laravel's steps for a time to
+            // live of 0, which remove the counter INCRBY just created).
+            let hits = self.store.increment(key, amount).await?;
+            if hits == amount {
                 self.store.forget(key).await?;
             }
+            return Ok(hits);
         }
-        Ok(hits)
+        // The timer first, so that a counter never exists without its timer
+        // (too_many_attempts would take that for an ended window).
+        self.store
+            .add(&timer_key(key), &window.ends_at.to_string(), window.ttl())
+            .await?;
+        let outcome = self
+            .store
+            .increment_if_below(key, window.ttl_seconds, amount, i64::MAX)
+            .await?;
+        if !outcome.counted {
+            return Err(CacheError::Overflow {
+                key: key.to_owned(),
+            });
+        }
+        Ok(outcome.count)
     }
 
     async fn attempts_of(&self, key: &str) -> Result<i64, CacheError> {

@@ -11,6 +11,8 @@ mod error;
 mod policy;
 
 pub mod memory;
+#[cfg(feature = "redis")]
+pub mod redis;
 
 pub use config::SlidingWindowConfig;
 pub use driver::RateLimiterDriver;

@@ -151,6 +151,9 @@ impl RedisConnection {
     ) -> Result<T, RedisBackendError> {
         let deadline = self.deadline();
         match tokio::time::timeout(deadline, call).await {
+            // The connection's own response timeout can fire before ours:
+            // report both as a timeout.
+            Ok(Err(e)) if e.is_timeout() => Err(RedisBackendError::Timeout(deadline)),
             Ok(result) => result.map_err(RedisBackendError::from),
             Err(_) => Err(RedisBackendError::Timeout(deadline)),
         }

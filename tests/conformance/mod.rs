@@ -27,6 +27,41 @@ pub trait Harness {
     fn slack(&self) -> Duration;
 }
 
+/// A driver on a real clock (Redis's), held with the server it talks to:
+/// time passes by sleeping, over windows of one second.
+pub struct RealTime<S> {
+    _server: S,
+    driver: Arc<dyn RateLimiterDriver>,
+}
+
+impl<S> RealTime<S> {
+    /// `driver`, keeping `server` running for as long as the harness lives.
+    pub fn new(server: S, driver: Arc<dyn RateLimiterDriver>) -> Self {
+        Self {
+            _server: server,
+            driver,
+        }
+    }
+}
+
+impl<S> Harness for RealTime<S> {
+    fn driver(&self) -> &Arc<dyn RateLimiterDriver> {
+        &self.driver
+    }
+
+    async fn pass(&self, by: Duration) {
+        tokio::time::sleep(by).await;
+    }
+
+    fn window(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+
+    fn slack(&self) -> Duration {
+        Duration::from_millis(300)
+    }
+}
+
 /// Runs every case of this file against the harness `make` builds, each as
 /// a test of its own.
 macro_rules! driver_tests {
@@ -205,4 +240,37 @@ pub async fn a_lowered_limit_waits_for_enough_hits_to_leave(h: &impl Harness) {
         expected,
         h.slack(),
     );
+}
+
+/// Starts one task per driver, all at once, each making `attempts` calls on
+/// `key`, and returns how many calls were admitted in all. Pass clones of
+/// one driver to contend inside one process, or drivers on separate
+/// connections to contend across connections.
+pub async fn admitted_by_contenders(
+    drivers: Vec<Arc<dyn RateLimiterDriver>>,
+    attempts: u32,
+    key: &str,
+    cfg: SlidingWindowConfig,
+) -> u32 {
+    let start = Arc::new(tokio::sync::Barrier::new(drivers.len()));
+    let tasks: Vec<_> = drivers
+        .into_iter()
+        .map(|driver| {
+            let (start, key) = (start.clone(), key.to_owned());
+            tokio::spawn(async move {
+                start.wait().await;
+                let mut admitted = 0;
+                for _ in 0..attempts {
+                    admitted += u32::from(driver.try_acquire(&key, &cfg).await.unwrap());
+                    tokio::task::yield_now().await;
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    admitted
 }

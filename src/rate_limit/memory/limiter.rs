@@ -7,10 +7,10 @@ use async_trait::async_trait;
 
 use super::bucket::Bucket;
 use super::shards::Shards;
-use super::sweep::SweepSchedule;
 use crate::clock::{self, SharedClock};
 use crate::decision::Decision;
 use crate::rate_limit::{RateLimitError, RateLimiterDriver, SlidingWindowConfig};
+use crate::sweep::SweepSchedule;
 
 /// Shards of a new limiter: enough that a few cores rarely meet on one lock,
 /// few enough that a sweep or a count visits them quickly.

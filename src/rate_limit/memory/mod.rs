@@ -7,6 +7,5 @@
 mod bucket;
 mod limiter;
 mod shards;
-mod sweep;
 
 pub use limiter::InMemoryRateLimiter;

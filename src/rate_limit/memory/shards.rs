@@ -1,86 +1,45 @@
-//! `Shards`: the buckets of every key, split over many locks.
-//!
-//! One lock for the whole map would put every call of every core in one
-//! queue. Here a key's hash picks one of many shards, each a small map behind
-//! its own mutex, so calls on different keys rarely wait for each other, and
-//! calls on one key are serialised, which is what makes a decision exact.
+//! `Shards`: the buckets of every key, in the crate's sharded map: calls on
+//! different keys rarely wait for each other, and calls on one key are
+//! serialised, which is what makes a decision exact.
 
-use std::collections::HashMap;
-use std::hash::BuildHasher;
-use std::sync::{Mutex, MutexGuard, PoisonError};
-
-use foldhash::fast::RandomState;
+use std::sync::MutexGuard;
 
 use super::bucket::Bucket;
+use crate::sharded::{Shard, ShardedMap};
 
 /// The buckets of one shard, by key.
-pub(super) type ShardMap = HashMap<Box<str>, Bucket, RandomState>;
-
-/// One shard, on a cache line of its own so two cores working on
-/// neighbouring shards do not fight over one line.
-#[repr(align(64))]
-#[derive(Debug, Default)]
-struct Shard(Mutex<ShardMap>);
+pub(super) type ShardMap = Shard<Bucket>;
 
 /// The buckets of every key.
 #[derive(Debug)]
-pub(super) struct Shards {
-    shards: Box<[Shard]>,
-    /// Picks the shard. Seeded apart from the maps' own hashers: with one
-    /// seed, every key of a shard would share the low hash bits the map
-    /// indexes by, and crowd into a few of its slots.
-    picker: RandomState,
-}
+pub(super) struct Shards(ShardedMap<Bucket>);
 
 impl Shards {
     /// `count` shards, rounded up to a power of two.
     pub(super) fn new(count: usize) -> Self {
-        let count = count.max(1).next_power_of_two();
-        Self {
-            shards: (0..count).map(|_| Shard::default()).collect(),
-            picker: RandomState::default(),
-        }
+        Self(ShardedMap::new(count))
     }
 
     /// The number of shards.
     pub(super) fn len(&self) -> usize {
-        self.shards.len()
+        self.0.shard_count()
     }
 
     /// Locks the shard that holds `key`.
     pub(super) fn lock_for(&self, key: &str) -> MutexGuard<'_, ShardMap> {
-        let hash = self.picker.hash_one(key);
-        // The high bits are the best mixed; the count is a power of two.
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        lock(&self.shards[index])
+        self.0.lock_for(key)
     }
 
     /// How many buckets all shards hold.
     pub(super) fn bucket_count(&self) -> usize {
-        self.shards.iter().map(|shard| lock(shard).len()).sum()
+        self.0.len()
     }
 
-    /// Drops every bucket that holds nothing at `now_ms`, trims the others,
-    /// and releases spare room. Locks one shard at a time, so calls on other
-    /// shards go on while it runs.
+    /// Drops every bucket that holds nothing at `now_ms` and trims the
+    /// others, one shard lock at a time.
     pub(super) fn sweep(&self, now_ms: u64) {
-        for shard in self.shards.iter() {
-            let mut map = lock(shard);
-            map.retain(|_, bucket| !bucket.sweep(now_ms));
-            // A flood of keys leaves a large, empty table behind; give the
-            // room back once three quarters of it are unused.
-            let len = map.len();
-            if map.capacity() > 64 && len * 4 < map.capacity() {
-                map.shrink_to(len * 2);
-            }
-        }
+        self.0.retain(|_, bucket| !bucket.sweep(now_ms));
     }
-}
-
-/// Locks a shard. No code panics while holding the lock, and a bucket is
-/// consistent after every statement, so a poisoned lock is still usable.
-fn lock(shard: &Shard) -> MutexGuard<'_, ShardMap> {
-    shard.0.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 #[cfg(test)]
@@ -106,13 +65,12 @@ mod tests {
         // bytes and rounds up to 16.
         let block = |n: usize| (n + 16).div_ceil(16) * 16;
         let mut bytes = 0;
-        for shard in shards.shards.iter() {
-            let map = lock(shard);
+        shards.0.for_each_shard(|map| {
             bytes += map.capacity() * (size_of::<(Box<str>, Bucket)>() + 1);
             for (key, bucket) in map.iter() {
                 bytes += block(key.len()) + block(bucket.heap_bytes());
             }
-        }
+        });
         let per_key = bytes / keys;
         assert!(per_key <= 400, "{per_key} bytes a key");
     }

@@ -1,4 +1,5 @@
-//! `SweepSchedule`: when the next sweep of expired buckets is due.
+//! `SweepSchedule`: when the next sweep of expired entries is due, for the
+//! in-memory limiter and the in-memory cache store.
 //!
 //! One atomic holds the clock time of the next sweep. Every call reads it;
 //! the one call that finds it due and wins the compare-and-swap runs the
@@ -10,14 +11,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The time of the next sweep, in clock milliseconds.
 #[derive(Debug)]
-pub(super) struct SweepSchedule {
+pub(crate) struct SweepSchedule {
     next_at_ms: AtomicU64,
     interval_ms: u64,
 }
 
 impl SweepSchedule {
     /// A schedule whose first sweep is due one interval after `now_ms`.
-    pub(super) fn new(now_ms: u64, interval_ms: u64) -> Self {
+    pub(crate) fn new(now_ms: u64, interval_ms: u64) -> Self {
         Self {
             next_at_ms: AtomicU64::new(now_ms.saturating_add(interval_ms)),
             interval_ms,
@@ -25,13 +26,13 @@ impl SweepSchedule {
     }
 
     /// The interval between two sweeps, in milliseconds.
-    pub(super) fn interval_ms(&self) -> u64 {
+    pub(crate) fn interval_ms(&self) -> u64 {
         self.interval_ms
     }
 
     /// Whether the caller should sweep now. At most one caller per interval
     /// gets `true`.
-    pub(super) fn claim(&self, now_ms: u64) -> bool {
+    pub(crate) fn claim(&self, now_ms: u64) -> bool {
         let next = self.next_at_ms.load(Ordering::Relaxed);
         // A clock set back by more than an interval would otherwise put the
         // next sweep out of reach: treat it as due.

@@ -1,0 +1,23 @@
+//! Why boot stopped.
+
+use crate::config::ConfigError;
+
+/// A boot that was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BootError {
+    /// The configuration was refused; the message names the variable, the
+    /// value and the fix.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The Redis client could not be built from a URL that parsed (a TLS
+    /// setup failure, for example). A Redis that does not answer yet is not
+    /// this error: boot goes on and the connection retries.
+    #[cfg(feature = "redis")]
+    #[error("could not set up the Redis client for RATE_LIMIT_REDIS_URL: {0}")]
+    Redis(#[from] crate::redis_client::RedisBackendError),
+    /// The cache store could not be built (its Redis client could not be set
+    /// up from a URL that parsed).
+    #[error("could not set up the cache store: {0}")]
+    Cache(#[from] crate::cache::CacheError),
+}

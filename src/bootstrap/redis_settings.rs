@@ -1,0 +1,109 @@
+//! The Redis settings read when `RATE_LIMIT_DRIVER=redis`.
+
+use std::time::Duration;
+
+use super::variables::{
+    RATE_LIMIT_DRIVER, RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS, RATE_LIMIT_REDIS_PREFIX,
+    RATE_LIMIT_REDIS_TIMEOUT_MS, RATE_LIMIT_REDIS_URL,
+};
+use crate::config::{ConfigError, Env};
+use crate::redis_client::RedisConfig;
+
+/// Where the Redis driver keeps its buckets, and how long it waits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisPlan {
+    /// The node URL(s), whether it is a cluster, and the timeouts.
+    pub config: RedisConfig,
+    /// The key prefix `RATE_LIMIT_REDIS_PREFIX` sets; `None` keeps the
+    /// driver's own,
+    /// [`RedisRateLimiter::DEFAULT_PREFIX`](crate::rate_limit::redis::RedisRateLimiter::DEFAULT_PREFIX).
+    pub prefix: Option<String>,
+}
+
+/// The forms an operator can copy, shown with every URL error.
+const URL_FORMS: &str = "for example RATE_LIMIT_REDIS_URL=redis://cache.internal:6379 \
+(rediss:// for TLS; several comma-separated redis:// URLs, or redis+cluster://, for a Redis \
+Cluster)";
+
+impl RedisPlan {
+    /// Reads `RATE_LIMIT_REDIS_URL` (required), the two timeouts and the
+    /// prefix. A missing or malformed URL, and a timeout that is not a
+    /// positive whole number of milliseconds, are errors naming the variable.
+    /// Nothing here connects.
+    pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
+        let raw = env
+            .get(RATE_LIMIT_REDIS_URL)
+            .ok_or_else(|| ConfigError::Missing {
+                variable: RATE_LIMIT_REDIS_URL.to_owned(),
+                reason: format!(
+                    "{RATE_LIMIT_DRIVER}=redis needs the address of Redis, {URL_FORMS}"
+                ),
+            })?;
+        let config = RedisConfig::from_url(&raw).map_err(|e| {
+            // Only the offending node of a list is named; the credentials
+            // of a URL never reach a log.
+            let node = if e.url == raw {
+                String::new()
+            } else {
+                format!("{:?}: ", hide_credentials(&e.url))
+            };
+            ConfigError::Invalid {
+                variable: RATE_LIMIT_REDIS_URL.to_owned(),
+                value: hide_credentials(&raw),
+                reason: format!("{node}{}; {URL_FORMS}", e.reason),
+            }
+        })?;
+        let connect = positive_millis(env, RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS)?
+            .unwrap_or(config.connect_timeout);
+        let response =
+            positive_millis(env, RATE_LIMIT_REDIS_TIMEOUT_MS)?.unwrap_or(config.response_timeout);
+        Ok(Self {
+            config: config.with_timeouts(connect, response),
+            prefix: env.get(RATE_LIMIT_REDIS_PREFIX),
+        })
+    }
+}
+
+/// A timeout in whole milliseconds above zero: a zero timeout would fail
+/// every call, and a unit suffix (`500ms`, `1s`) is a likely slip.
+fn positive_millis(env: &Env, variable: &str) -> Result<Option<Duration>, ConfigError> {
+    let Some(raw) = env.get(variable) else {
+        return Ok(None);
+    };
+    match raw.parse::<u64>() {
+        Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(ConfigError::Invalid {
+            variable: variable.to_owned(),
+            value: raw,
+            reason: "expected a whole number of milliseconds above 0, such as 250".to_owned(),
+        }),
+    }
+}
+
+/// Each URL of a list with its user and password replaced by `***`, for a
+/// value that may not parse.
+fn hide_credentials(raw: &str) -> String {
+    raw.split(',')
+        .map(|part| match (part.find("://"), part.rfind('@')) {
+            (Some(scheme), Some(at)) if at > scheme => {
+                format!("{}***{}", &part[..scheme + 3], &part[at..])
+            }
+            _ => part.to_owned(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_are_hidden_in_every_node() {
+        assert_eq!(
+            hide_credentials("redis://u:p@a:1, rediss://:secret@b:2,c:3"),
+            "redis://***@a:1, rediss://***@b:2,c:3"
+        );
+        assert_eq!(hide_credentials("localhost:6379"), "localhost:6379");
+    }
+}

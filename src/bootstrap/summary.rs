@@ -1,0 +1,55 @@
+//! What boot installed, for the application to log once at start.
+
+use std::fmt;
+
+use crate::config::Environment;
+use crate::http::TrustedProxies;
+
+/// What [`bootstrap`](super::bootstrap) installed.
+///
+/// Its `Display` is one line for a start-up log, with the Redis password
+/// hidden:
+///
+/// ```text
+/// environment=production driver=redis redis=redis://***@cache.internal:6379 (answering) cache=redis trusted_proxies=10.0.0.0/8
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BootSummary {
+    /// The environment booted in.
+    pub environment: Environment,
+    /// The installed driver's name: `memory` or `redis`.
+    pub driver: &'static str,
+    /// The Redis URL(s) with credentials hidden, for the Redis driver.
+    pub redis: Option<String>,
+    /// For the Redis driver, whether Redis answered a `PING` at boot. When it
+    /// did not, boot went on: the connection retries in the background and
+    /// requests follow the backend-error policy until Redis answers.
+    pub redis_answered: Option<bool>,
+    /// The cache store of the Laravel-shape facade: `memory` or `redis`.
+    pub cache_store: &'static str,
+    /// The trusted proxies.
+    pub trusted_proxies: TrustedProxies,
+    /// The warnings logged at boot.
+    pub warnings: Vec<String>,
+}
+
+impl fmt::Display for BootSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "environment={} driver={}", self.environment, self.driver)?;
+        if let Some(redis) = &self.redis {
+            write!(f, " redis={redis}")?;
+            match self.redis_answered {
+                Some(true) => f.write_str(" (answering)")?,
+                Some(false) => f.write_str(" (not answering yet)")?,
+                None => {}
+            }
+        }
+        write!(f, " cache={}", self.cache_store)?;
+        write!(f, " trusted_proxies={}", self.trusted_proxies)?;
+        if !self.warnings.is_empty() {
+            write!(f, " warnings={}", self.warnings.len())?;
+        }
+        Ok(())
+    }
+}

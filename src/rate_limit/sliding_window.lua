@@ -1,0 +1,69 @@
+-- One sliding-window decision for one key, atomically.
+--
+-- The bucket is a sorted set: one member per admitted hit, whose score and
+-- member are the same integer, the Redis TIME of the hit in microseconds.
+-- Integer members keep the set small (listpack-encoded integers) and unique
+-- (a hit in the same microsecond as the newest is stamped one microsecond
+-- later). The time is Redis's own, so application servers with skewed
+-- clocks agree on one window.
+--
+-- KEYS[1]  the bucket
+-- ARGV[1]  max_requests: the most hits the window holds (an integer >= 1)
+-- ARGV[2]  the window in microseconds (an integer >= 1000)
+-- ARGV[3]  '1' to admit and record the call when the window has room,
+--          '0' to only read (for retry_after)
+--
+-- The window is (now - window, now]: a hit exactly one window old is out.
+--
+-- Returns {admitted, count, gate, now}:
+--   admitted  1 when this call was admitted and recorded, else 0
+--   count     the hits in the window after the call
+--   gate      the time (us) of the hit whose leaving frees a place: the
+--             hit at index count - max_requests, or the oldest hit when the
+--             bucket is under its limit; 0 when the bucket is empty
+--   now       Redis TIME in microseconds
+
+-- Redis before 5 must be told to replicate a script's writes rather than
+-- the script itself, since the script reads TIME; later versions always do.
+if redis.replicate_commands then
+  redis.replicate_commands()
+end
+
+local key = KEYS[1]
+local max = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local admit = ARGV[3] == '1'
+
+-- Microseconds since the epoch, about 1.8e15: exact in a Lua double. Every
+-- number sent back to Redis is formatted with %d, because tostring would
+-- print 1.8e+15.
+local time = redis.call('TIME')
+local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
+
+redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+local count = redis.call('ZCARD', key)
+
+local admitted = 0
+if admit and count < max then
+  local stamp = now
+  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  if newest[2] and tonumber(newest[2]) >= stamp then
+    stamp = tonumber(newest[2]) + 1
+  end
+  local member = string.format('%d', stamp)
+  redis.call('ZADD', key, member, member)
+  count = count + 1
+  admitted = 1
+  -- The key lives until its newest hit leaves the window, then Redis drops
+  -- it by itself. (A refused call changes no hit, so it keeps this expiry.)
+  redis.call('PEXPIRE', key, string.format('%d', math.ceil((stamp + window - now) / 1000)))
+end
+
+local gate = 0
+if count > 0 then
+  local index = math.max(count - max, 0)
+  local hit = redis.call('ZRANGE', key, index, index, 'WITHSCORES')
+  gate = tonumber(hit[2])
+end
+
+return {admitted, count, gate, now}

@@ -1,0 +1,801 @@
+//! Booting from the environment: the plan and its exact refusals (no I/O),
+//! and the drivers and proxies it installs into a container of the test's
+//! own.
+
+mod support;
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use support::http::TestServer;
+use support::redis::{RedisCluster, RedisServer};
+use suprnova::bootstrap::{BootPlan, DriverChoice, bootstrap};
+use suprnova::config::{ConfigError, Env, Environment};
+use suprnova::container::App;
+use suprnova::http::TrustedProxies;
+use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
+use suprnova::{HttpResponse, Request, Router};
+
+/// The end of every production refusal: why, and the two ways out.
+const WHY_AND_WAYS_OUT: &str = "Per-process buckets mean every configured quota is multiplied by your replica count and reset by every deploy: behind N replicas a limit of 5 attempts is really 5N, and nothing says so, because the requests succeed. Either point it at Redis with RATE_LIMIT_DRIVER=redis and RATE_LIMIT_REDIS_URL=redis://cache.internal:6379, or, if you genuinely run a single process, set RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=true.";
+
+const URL_FORMS: &str = "for example RATE_LIMIT_REDIS_URL=redis://cache.internal:6379 (rediss:// for TLS; several comma-separated redis:// URLs, or redis+cluster://, for a Redis Cluster)";
+
+fn env(pairs: &[(&str, &str)]) -> Env {
+    Env::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+}
+
+fn plan(pairs: &[(&str, &str)]) -> Result<BootPlan, ConfigError> {
+    BootPlan::from_env(&env(pairs))
+}
+
+fn refusal(pairs: &[(&str, &str)]) -> String {
+    match plan(pairs) {
+        Ok(plan) => panic!("{pairs:?} booted: {plan:?}"),
+        Err(e) => e.to_string(),
+    }
+}
+
+fn unset_refusal() -> String {
+    format!(
+        "refusing to boot in production: RATE_LIMIT_DRIVER is unset, which defaults to the in-memory limiter. {WHY_AND_WAYS_OUT}"
+    )
+}
+
+fn memory_refusal() -> String {
+    format!(
+        "refusing to boot in production: RATE_LIMIT_DRIVER=memory selects the in-memory limiter. {WHY_AND_WAYS_OUT}"
+    )
+}
+
+fn unrecognised_refusal(value: &str, hint: &str) -> String {
+    format!(
+        "refusing to boot in production: RATE_LIMIT_DRIVER={value:?} is not a driver{hint}: the drivers are memory and redis, spelled exactly, and an unrecognised value falls back to the in-memory limiter. {WHY_AND_WAYS_OUT}"
+    )
+}
+
+fn fallback_warning(value: &str, hint: &str) -> String {
+    format!(
+        "RATE_LIMIT_DRIVER={value:?} is not a driver{hint}: the drivers are memory and redis, spelled exactly; falling back to the in-memory limiter. Production refuses to boot on this value unless RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=true."
+    )
+}
+
+// ---- the production guard -------------------------------------------------
+
+#[test]
+fn unset_driver_in_production_is_refused_with_the_full_explanation() {
+    assert_eq!(
+        refusal(&[]),
+        unset_refusal(),
+        "APP_ENV unset means production"
+    );
+    assert_eq!(refusal(&[("APP_ENV", "production")]), unset_refusal());
+    assert!(unset_refusal().starts_with(
+        "refusing to boot in production: RATE_LIMIT_DRIVER is unset, which defaults to the in-memory limiter."
+    ));
+}
+
+#[test]
+fn blank_driver_counts_as_unset() {
+    for blank in ["", "   ", "\t"] {
+        assert_eq!(
+            refusal(&[("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", blank)]),
+            unset_refusal(),
+            "{blank:?}"
+        );
+    }
+}
+
+#[test]
+fn memory_in_production_is_refused() {
+    assert_eq!(
+        refusal(&[("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", "memory")]),
+        memory_refusal()
+    );
+}
+
+#[test]
+fn capitalised_redis_in_production_names_the_value() {
+    assert_eq!(
+        refusal(&[
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_DRIVER", "Redis"),
+            ("RATE_LIMIT_REDIS_URL", "redis://cache.internal:6379"),
+        ]),
+        unrecognised_refusal("Redis", " (did you mean redis?)")
+    );
+    assert_eq!(
+        refusal(&[("RATE_LIMIT_DRIVER", "memcached")]),
+        unrecognised_refusal("memcached", "")
+    );
+}
+
+#[test]
+fn the_override_lets_production_run_on_memory() {
+    for driver in [None, Some("memory"), Some("Redis")] {
+        let mut pairs = vec![
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "true"),
+        ];
+        pairs.extend(driver.map(|d| ("RATE_LIMIT_DRIVER", d)));
+        let plan = plan(&pairs).unwrap();
+        assert_eq!(plan.driver, DriverChoice::Memory, "{driver:?}");
+        assert!(plan.allow_memory_in_production);
+    }
+}
+
+#[test]
+fn the_override_must_be_a_boolean() {
+    for (value, allowed) in [("1", true), ("TRUE", true), ("false", false), ("no", false)] {
+        let plan = plan(&[
+            ("APP_ENV", "staging"),
+            ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", value),
+        ])
+        .unwrap();
+        assert_eq!(plan.allow_memory_in_production, allowed, "{value}");
+    }
+    // Refused in every environment, even where it is not needed yet.
+    for app_env in ["production", "local"] {
+        assert_eq!(
+            refusal(&[
+                ("APP_ENV", app_env),
+                ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "ture"),
+            ]),
+            "RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=\"ture\" is invalid: expected true or false"
+        );
+    }
+    assert_eq!(
+        refusal(&[
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "false"),
+        ]),
+        unset_refusal()
+    );
+}
+
+#[test]
+fn staging_and_development_are_not_gated() {
+    for app_env in ["staging", "testing", "local", "development"] {
+        for driver in [None, Some("memory")] {
+            let mut pairs = vec![("APP_ENV", app_env)];
+            pairs.extend(driver.map(|d| ("RATE_LIMIT_DRIVER", d)));
+            let plan = plan(&pairs).unwrap();
+            assert_eq!(plan.driver, DriverChoice::Memory);
+            assert!(
+                plan.warnings.is_empty(),
+                "{app_env} {driver:?}: {:?}",
+                plan.warnings
+            );
+        }
+    }
+}
+
+#[test]
+fn an_unrecognised_value_outside_production_falls_back_to_memory_with_one_warning() {
+    let plan = plan(&[("APP_ENV", "local"), ("RATE_LIMIT_DRIVER", "Redis")]).unwrap();
+    assert_eq!(plan.driver, DriverChoice::Memory);
+    assert_eq!(
+        plan.warnings,
+        vec![fallback_warning("Redis", " (did you mean redis?)")]
+    );
+
+    let plan = staging_plan("in-memory");
+    assert_eq!(plan.warnings, vec![fallback_warning("in-memory", "")]);
+}
+
+fn staging_plan(driver: &str) -> BootPlan {
+    plan(&[("APP_ENV", "staging"), ("RATE_LIMIT_DRIVER", driver)]).unwrap()
+}
+
+#[test]
+fn an_unknown_app_env_is_refused() {
+    assert_eq!(
+        refusal(&[("APP_ENV", "prod"), ("RATE_LIMIT_DRIVER", "redis")]),
+        "APP_ENV=\"prod\" is invalid: expected one of production, staging, testing, local or development"
+    );
+}
+
+// ---- Redis settings -------------------------------------------------------
+
+#[test]
+fn redis_without_a_url_is_refused_in_every_environment() {
+    for app_env in ["production", "staging", "testing", "local", "development"] {
+        for url in [None, Some(""), Some("  ")] {
+            let mut pairs = vec![("APP_ENV", app_env), ("RATE_LIMIT_DRIVER", "redis")];
+            pairs.extend(url.map(|u| ("RATE_LIMIT_REDIS_URL", u)));
+            assert_eq!(
+                refusal(&pairs),
+                format!(
+                    "RATE_LIMIT_REDIS_URL is unset: RATE_LIMIT_DRIVER=redis needs the address of Redis, {URL_FORMS}"
+                ),
+                "{app_env} {url:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_malformed_redis_url_is_refused_naming_the_variable_and_value() {
+    for app_env in ["production", "local"] {
+        assert_eq!(
+            refusal(&[
+                ("APP_ENV", app_env),
+                ("RATE_LIMIT_DRIVER", "redis"),
+                ("RATE_LIMIT_REDIS_URL", "cache.internal:6379"),
+            ]),
+            format!(
+                "RATE_LIMIT_REDIS_URL=\"cache.internal:6379\" is invalid: the scheme must be redis://, rediss://, redis+cluster:// or rediss+cluster://; {URL_FORMS}"
+            )
+        );
+    }
+    for bad in [
+        "http://cache:6379",
+        "redis://",
+        "redis://cache:port",
+        "redis://a:1,b:2",
+    ] {
+        let err = refusal(&[
+            ("RATE_LIMIT_DRIVER", "redis"),
+            ("RATE_LIMIT_REDIS_URL", bad),
+        ]);
+        assert!(
+            err.starts_with(&format!("RATE_LIMIT_REDIS_URL={bad:?} is invalid: ")),
+            "{err}"
+        );
+        assert!(err.ends_with(URL_FORMS), "{err}");
+    }
+}
+
+#[test]
+fn a_refused_redis_url_never_shows_its_password() {
+    let err = refusal(&[
+        ("RATE_LIMIT_DRIVER", "redis"),
+        (
+            "RATE_LIMIT_REDIS_URL",
+            "redis://app:s3cret@a:7000,http://app:s3cret@b:7000",
+        ),
+    ]);
+    assert!(!err.contains("s3cret"), "{err}");
+    assert!(
+        err.starts_with(
+            "RATE_LIMIT_REDIS_URL=\"redis://***@a:7000,http://***@b:7000\" is invalid: \"http://***@b:7000\": the scheme must be"
+        ),
+        "{err}"
+    );
+}
+
+fn redis_plan(extra: &[(&str, &str)]) -> suprnova::bootstrap::RedisPlan {
+    let mut pairs = vec![("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", "redis")];
+    pairs.extend_from_slice(extra);
+    match plan(&pairs).unwrap().driver {
+        DriverChoice::Redis(redis) => redis,
+        other => panic!("expected redis, got {other:?}"),
+    }
+}
+
+#[test]
+fn redis_url_forms() {
+    let one = redis_plan(&[("RATE_LIMIT_REDIS_URL", "redis://cache.internal:6379/2")]);
+    assert!(!one.config.is_cluster());
+    assert_eq!(one.config.nodes(), ["redis://cache.internal:6379/2"]);
+
+    let tls = redis_plan(&[(
+        "RATE_LIMIT_REDIS_URL",
+        "rediss://app:pw@cache.internal:6380",
+    )]);
+    assert!(tls.config.uses_tls());
+    assert_eq!(tls.config.redacted(), "rediss://***@cache.internal:6380");
+
+    let list = redis_plan(&[(
+        "RATE_LIMIT_REDIS_URL",
+        "redis://10.0.0.1:7000, redis://10.0.0.2:7000,redis://10.0.0.3:7000",
+    )]);
+    assert!(list.config.is_cluster());
+    assert_eq!(list.config.nodes().len(), 3);
+
+    let seed = redis_plan(&[("RATE_LIMIT_REDIS_URL", "redis+cluster://10.0.0.1:7000")]);
+    assert!(seed.config.is_cluster());
+    assert_eq!(seed.config.nodes(), ["redis://10.0.0.1:7000"]);
+}
+
+#[test]
+fn redis_timeouts_and_prefix() {
+    let defaults = redis_plan(&[("RATE_LIMIT_REDIS_URL", "redis://c:6379")]);
+    assert_eq!(defaults.config.connect_timeout, Duration::from_secs(1));
+    assert_eq!(defaults.config.response_timeout, Duration::from_secs(1));
+    assert_eq!(defaults.prefix, None);
+
+    let set = redis_plan(&[
+        ("RATE_LIMIT_REDIS_URL", "redis://c:6379"),
+        ("RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS", "250"),
+        ("RATE_LIMIT_REDIS_TIMEOUT_MS", " 75 "),
+        ("RATE_LIMIT_REDIS_PREFIX", "shop:"),
+    ]);
+    assert_eq!(set.config.connect_timeout, Duration::from_millis(250));
+    assert_eq!(set.config.response_timeout, Duration::from_millis(75));
+    assert_eq!(set.prefix.as_deref(), Some("shop:"));
+}
+
+#[test]
+fn redis_timeouts_must_be_positive_milliseconds() {
+    for variable in [
+        "RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS",
+        "RATE_LIMIT_REDIS_TIMEOUT_MS",
+    ] {
+        for bad in ["0", "-5", "1s", "250ms", "1.5", "lots"] {
+            assert_eq!(
+                refusal(&[
+                    ("RATE_LIMIT_DRIVER", "redis"),
+                    ("RATE_LIMIT_REDIS_URL", "redis://c:6379"),
+                    (variable, bad),
+                ]),
+                format!(
+                    "{variable}={bad:?} is invalid: expected a whole number of milliseconds above 0, such as 250"
+                )
+            );
+        }
+    }
+}
+
+// ---- trusted proxies ------------------------------------------------------
+
+fn staging_with_proxies(value: &str) -> Result<BootPlan, ConfigError> {
+    plan(&[("APP_ENV", "staging"), ("APP_TRUSTED_PROXIES", value)])
+}
+
+#[test]
+fn trusted_proxies_are_read_with_spaces_around_entries() {
+    let plan = staging_with_proxies(" 10.0.0.5 , 173.245.48.0/20,2400:cb00::/32 ").unwrap();
+    assert_eq!(
+        plan.trusted_proxies.to_string(),
+        "10.0.0.5,173.245.48.0/20,2400:cb00::/32"
+    );
+    assert!(
+        plan.trusted_proxies
+            .contains("173.245.63.255".parse().unwrap())
+    );
+    assert!(staging_plan("memory").trusted_proxies.is_empty());
+}
+
+#[test]
+fn a_range_of_every_address_is_refused_naming_the_entry() {
+    for entry in ["0.0.0.0/0", "::/0", "::ffff:0:0/96"] {
+        let value = format!("10.0.0.5, {entry}");
+        assert_eq!(
+            staging_with_proxies(&value).unwrap_err().to_string(),
+            format!(
+                "APP_TRUSTED_PROXIES={value:?} is invalid: {entry:?} covers every address, so every client would be a trusted proxy and choose the address it is limited by; list only the addresses and ranges of your proxies"
+            )
+        );
+    }
+}
+
+#[test]
+fn a_junk_proxy_entry_is_refused_naming_the_entry() {
+    for entry in ["nginx", "10.0.0.300", "10.0.0.0/33", "10.0.0.5:80", "*"] {
+        let value = format!("10.0.0.5,{entry}");
+        assert_eq!(
+            staging_with_proxies(&value).unwrap_err().to_string(),
+            format!(
+                "APP_TRUSTED_PROXIES={value:?} is invalid: {entry:?} is neither an IP address nor a CIDR range (such as 10.0.0.5 or 10.0.0.0/8)"
+            )
+        );
+    }
+}
+
+// ---- .env.example -----------------------------------------------------------
+
+#[test]
+fn env_example_lists_every_variable_and_boots_as_written() {
+    use suprnova::bootstrap::variables::*;
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/.env.example");
+    let pairs: Vec<(String, String)> = dotenvy::from_path_iter(path)
+        .unwrap()
+        .map(|item| item.unwrap())
+        .collect();
+    let names: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
+    for variable in [
+        "APP_ENV",
+        "APP_TRUSTED_PROXIES",
+        RATE_LIMIT_DRIVER,
+        RATE_LIMIT_REDIS_URL,
+        RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS,
+        RATE_LIMIT_REDIS_TIMEOUT_MS,
+        RATE_LIMIT_REDIS_PREFIX,
+        RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION,
+    ] {
+        assert!(
+            names.contains(&variable),
+            "{variable} is missing from .env.example"
+        );
+    }
+    let plan = BootPlan::from_env(&Env::from_pairs(pairs)).unwrap();
+    assert_eq!(plan.environment, Environment::Local);
+    assert_eq!(plan.driver, DriverChoice::Memory);
+    assert!(plan.warnings.is_empty());
+}
+
+// ---- installing -----------------------------------------------------------
+
+/// Boots `pairs` into a container of the test's own.
+async fn boot(pairs: &[(&str, &str)]) -> (App, Result<suprnova::bootstrap::BootSummary, String>) {
+    let app = App::new();
+    let result = app
+        .scope(bootstrap(&env(pairs)))
+        .await
+        .map_err(|e| e.to_string());
+    (app, result)
+}
+
+fn installed_driver(app: &App) -> std::sync::Arc<dyn RateLimiterDriver> {
+    app.get::<dyn RateLimiterDriver>()
+        .expect("no driver installed")
+}
+
+#[tokio::test]
+async fn memory_and_proxies_are_installed_into_the_current_container() {
+    let (app, summary) = boot(&[
+        ("APP_ENV", "staging"),
+        ("APP_TRUSTED_PROXIES", "10.0.0.0/8, 2400:cb00::/32"),
+    ])
+    .await;
+    let summary = summary.unwrap();
+    assert_eq!(
+        summary.to_string(),
+        "environment=staging driver=memory cache=memory trusted_proxies=10.0.0.0/8,2400:cb00::/32"
+    );
+    assert_eq!(summary.driver, "memory");
+    assert_eq!(summary.redis, None);
+
+    let driver = installed_driver(&app);
+    assert_eq!(driver.name(), "memory");
+    let cfg = SlidingWindowConfig::new(2, Duration::from_secs(60));
+    let admitted: Vec<bool> = [
+        driver.try_acquire("k", &cfg).await.unwrap(),
+        driver.try_acquire("k", &cfg).await.unwrap(),
+        driver.try_acquire("k", &cfg).await.unwrap(),
+    ]
+    .to_vec();
+    assert_eq!(admitted, [true, true, false]);
+
+    let proxies = app.get::<TrustedProxies>().expect("no proxies installed");
+    assert_eq!(proxies.to_string(), "10.0.0.0/8,2400:cb00::/32");
+}
+
+#[tokio::test]
+async fn the_override_installs_memory_in_production() {
+    let (app, summary) = boot(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "memory"),
+        ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "true"),
+    ])
+    .await;
+    assert_eq!(
+        summary.unwrap().to_string(),
+        "environment=production driver=memory cache=memory trusted_proxies=none"
+    );
+    assert_eq!(installed_driver(&app).name(), "memory");
+}
+
+#[tokio::test]
+async fn an_unrecognised_value_outside_production_installs_memory_and_reports_the_warning() {
+    let (app, summary) = boot(&[("APP_ENV", "development"), ("RATE_LIMIT_DRIVER", "Redis")]).await;
+    let summary = summary.unwrap();
+    assert_eq!(
+        summary.warnings,
+        vec![fallback_warning("Redis", " (did you mean redis?)")]
+    );
+    assert_eq!(
+        summary.to_string(),
+        "environment=development driver=memory cache=memory trusted_proxies=none warnings=1"
+    );
+    assert_eq!(installed_driver(&app).name(), "memory");
+}
+
+#[tokio::test]
+async fn a_refused_boot_installs_nothing() {
+    for pairs in [
+        vec![],
+        vec![("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", "Redis")],
+        vec![("APP_ENV", "local"), ("APP_TRUSTED_PROXIES", "0.0.0.0/0")],
+        vec![("APP_ENV", "local"), ("RATE_LIMIT_DRIVER", "redis")],
+    ] {
+        let (app, result) = boot(&pairs).await;
+        assert!(result.is_err(), "{pairs:?} booted");
+        assert!(app.get::<dyn RateLimiterDriver>().is_none(), "{pairs:?}");
+        assert!(app.get::<TrustedProxies>().is_none(), "{pairs:?}");
+    }
+    let (_, result) = boot(&[]).await;
+    assert_eq!(result.unwrap_err(), unset_refusal());
+}
+
+#[tokio::test]
+async fn installed_proxies_decide_the_client_address_through_the_server() {
+    let app = App::new();
+    app.scope(async {
+        bootstrap(&env(&[
+            ("APP_ENV", "testing"),
+            ("APP_TRUSTED_PROXIES", "127.0.0.2"),
+        ]))
+        .await
+        .unwrap();
+        let router = Router::new().get("/ip", |req: Request| async move {
+            HttpResponse::text(req.ip().unwrap_or_default())
+        });
+        let server = TestServer::start(router).await;
+        let from = |ip: &str, xff: &str| {
+            let request = http::Request::get(server.url("/ip"))
+                .header("x-forwarded-for", xff)
+                .body(Full::<Bytes>::default())
+                .unwrap();
+            server.send_from(ip.parse::<IpAddr>().unwrap(), request)
+        };
+        assert_eq!(from("127.0.0.2", "198.51.100.7").await.body, "198.51.100.7");
+        assert_eq!(from("127.0.0.3", "198.51.100.7").await.body, "127.0.0.3");
+        server.stop().await;
+    })
+    .await;
+}
+
+/// Every environment x every driver value x the override, booted into a
+/// container of its own against a live Redis, checked against the rule:
+/// `redis` installs Redis everywhere; in production anything else is refused
+/// (and nothing is installed) unless the override is `true`; elsewhere it
+/// installs memory, with one warning for an unrecognised value.
+#[tokio::test]
+async fn every_environment_driver_and_override_installs_the_right_driver() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let environments = [
+        (None, Environment::Production),
+        (Some("production"), Environment::Production),
+        (Some("staging"), Environment::Staging),
+        (Some("testing"), Environment::Testing),
+        (Some("local"), Environment::Local),
+        (Some("development"), Environment::Development),
+    ];
+    let drivers = [
+        None,
+        Some(""),
+        Some("memory"),
+        Some("redis"),
+        Some("Redis"),
+        Some("file"),
+    ];
+    let overrides = [None, Some("true"), Some("false")];
+    let mut checked = 0;
+    for (app_env, environment) in environments {
+        for driver in drivers {
+            for allow in overrides {
+                let mut pairs = vec![("RATE_LIMIT_REDIS_URL", url.as_str())];
+                pairs.extend(app_env.map(|v| ("APP_ENV", v)));
+                pairs.extend(driver.map(|v| ("RATE_LIMIT_DRIVER", v)));
+                pairs.extend(allow.map(|v| ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", v)));
+                let case = format!("{pairs:?}");
+                let (app, got) = boot(&pairs).await;
+                let gated = environment.is_production() && allow != Some("true");
+                match driver {
+                    Some("redis") => {
+                        let summary = got.expect(&case);
+                        assert_eq!(summary.redis_answered, Some(true), "{case}");
+                        assert!(summary.warnings.is_empty(), "{case}");
+                        assert_eq!(installed_driver(&app).name(), "redis", "{case}");
+                    }
+                    _ if gated => {
+                        let expected = match driver {
+                            None | Some("") => unset_refusal(),
+                            Some("memory") => memory_refusal(),
+                            Some("Redis") => {
+                                unrecognised_refusal("Redis", " (did you mean redis?)")
+                            }
+                            Some(other) => unrecognised_refusal(other, ""),
+                        };
+                        assert_eq!(got.unwrap_err(), expected, "{case}");
+                        assert!(app.get::<dyn RateLimiterDriver>().is_none(), "{case}");
+                    }
+                    _ => {
+                        let summary = got.expect(&case);
+                        assert_eq!(summary.environment, environment, "{case}");
+                        let warnings = match driver {
+                            Some("Redis") => {
+                                vec![fallback_warning("Redis", " (did you mean redis?)")]
+                            }
+                            Some("file") => vec![fallback_warning("file", "")],
+                            _ => vec![],
+                        };
+                        assert_eq!(summary.warnings, warnings, "{case}");
+                        assert_eq!(installed_driver(&app).name(), "memory", "{case}");
+                    }
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert_eq!(checked, 6 * 6 * 3);
+}
+
+#[tokio::test]
+async fn redis_is_installed_with_its_prefix_against_a_live_server() {
+    let server = RedisServer::start();
+    let url = server.url();
+    let prefix = support::unique_prefix("boot");
+    let (app, summary) = boot(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", &url),
+        ("RATE_LIMIT_REDIS_PREFIX", &prefix),
+        ("APP_TRUSTED_PROXIES", "10.0.0.5"),
+    ])
+    .await;
+    assert_eq!(
+        summary.unwrap().to_string(),
+        format!(
+            "environment=production driver=redis redis={url} (answering) cache=memory trusted_proxies=10.0.0.5"
+        )
+    );
+    let driver = installed_driver(&app);
+    assert_eq!(driver.name(), "redis");
+    let cfg = SlidingWindowConfig::new(2, Duration::from_secs(2));
+    let mut admitted = Vec::new();
+    for _ in 0..3 {
+        admitted.push(driver.try_acquire("login:203.0.113.7", &cfg).await.unwrap());
+    }
+    assert_eq!(admitted, [true, true, false]);
+    let keys = server.command("KEYS *");
+    assert!(
+        keys.contains(&format!("{prefix}login:203.0.113.7")),
+        "{keys}"
+    );
+}
+
+#[tokio::test]
+async fn a_redis_that_does_not_answer_yet_does_not_stop_boot() {
+    let mut server = RedisServer::start();
+    server.stop();
+    let url = server.url();
+    let started = Instant::now();
+    let (app, summary) = boot(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", &url),
+        ("RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS", "200"),
+        ("RATE_LIMIT_REDIS_TIMEOUT_MS", "200"),
+    ])
+    .await;
+    let summary = summary.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(summary.redis_answered, Some(false));
+    assert_eq!(
+        summary.to_string(),
+        format!(
+            "environment=production driver=redis redis={url} (not answering yet) cache=memory trusted_proxies=none"
+        )
+    );
+
+    // Until Redis answers, the driver reports a backend error, which the
+    // middleware's backend-error policy turns into a response.
+    let driver = installed_driver(&app);
+    assert_eq!(driver.name(), "redis");
+    let cfg = SlidingWindowConfig::new(5, Duration::from_secs(2));
+    let err = driver.try_acquire("k", &cfg).await.unwrap_err();
+    assert!(err.is_backend(), "{err}");
+
+    // Once Redis is up, the same installed driver decides again.
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut answered = None;
+    while Instant::now() < deadline {
+        if let Ok(allowed) = driver.try_acquire("k", &cfg).await {
+            answered = Some(allowed);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(answered, Some(true), "the driver never reconnected");
+}
+
+#[tokio::test]
+async fn a_cluster_url_installs_redis_on_the_cluster() {
+    let cluster = RedisCluster::start(3);
+    for url in [
+        cluster.url(),
+        format!("redis+cluster://127.0.0.1:{}", cluster.ports()[0]),
+    ] {
+        let (app, summary) = boot(&[
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_DRIVER", "redis"),
+            ("RATE_LIMIT_REDIS_URL", &url),
+        ])
+        .await;
+        let summary = summary.unwrap();
+        assert_eq!(summary.redis_answered, Some(true), "{url}");
+        assert!(
+            summary
+                .redis
+                .unwrap()
+                .starts_with("cluster redis://127.0.0.1:")
+        );
+        let driver = installed_driver(&app);
+        let cfg = SlidingWindowConfig::new(1, Duration::from_secs(2));
+        // Keys spread over the slots of every node.
+        let prefix = support::unique_prefix("cluster");
+        for key in ["a", "b", "c", "d", "e", "f"] {
+            let key = format!("{prefix}{key}");
+            assert!(driver.try_acquire(&key, &cfg).await.unwrap(), "{url} {key}");
+            assert!(
+                !driver.try_acquire(&key, &cfg).await.unwrap(),
+                "{url} {key}"
+            );
+        }
+    }
+}
+
+/// Collects what a `fmt` subscriber writes.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn the_fallback_outside_production_logs_one_warning_naming_the_value() {
+    use tracing::instrument::WithSubscriber;
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .finish();
+    let (_, summary) = boot(&[("APP_ENV", "local"), ("RATE_LIMIT_DRIVER", "Redis")])
+        .with_subscriber(subscriber)
+        .await;
+    assert_eq!(summary.unwrap().driver, "memory");
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    let warnings: Vec<&str> = log.lines().filter(|l| l.contains(" WARN ")).collect();
+    assert_eq!(warnings.len(), 1, "{log}");
+    assert!(
+        warnings[0].contains(&fallback_warning("Redis", " (did you mean redis?)")),
+        "{log}"
+    );
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn the_cache_store_is_installed_from_cache_store_and_redis_url() {
+    use suprnova::cache::Store;
+
+    let server = RedisServer::start();
+    let app = App::new();
+    let env = Env::from_pairs([
+        ("APP_ENV", "local"),
+        ("CACHE_STORE", "redis"),
+        ("REDIS_URL", server.url().as_str()),
+    ]);
+    let summary = app.scope(bootstrap(&env)).await.unwrap();
+    assert_eq!(summary.cache_store, "redis");
+    assert!(summary.to_string().contains(" cache=redis "), "{summary}");
+    let store = app.get::<dyn Store>().unwrap();
+    assert_eq!(store.name(), "redis");
+    // The facade counts in that store, under Laravel's prefixes.
+    let hits = app
+        .scope(async { suprnova::RateLimiter::hit("boot-check", 60).await })
+        .await
+        .unwrap();
+    assert_eq!(hits, 1);
+    let reply = server.command("SELECT 1\r\nGET laravel-database-laravel-cache-boot-check");
+    assert!(reply.contains("$1\r\n1"), "{reply:?}");
+}

@@ -1,0 +1,232 @@
+//! The memory cache store on the test clock, and the `Cache` facade.
+
+mod store_conformance;
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use store_conformance::store_conformance_tests;
+use support::clock_at;
+use suprnova::cache::{Cache, CacheConfig, IncrementOutcome, MemoryStore, Store};
+use suprnova::clock::FakeClock;
+use suprnova::container::App;
+
+async fn memory_store() -> ((), Arc<dyn Store>) {
+    (
+        (),
+        Arc::new(MemoryStore::with_clock(clock_at(12, 0, 0).shared())),
+    )
+}
+
+store_conformance_tests!(memory_store);
+
+fn store_at_noon() -> (FakeClock, MemoryStore) {
+    let clock = clock_at(12, 0, 0);
+    let store = MemoryStore::with_clock(clock.shared());
+    (clock, store)
+}
+
+#[tokio::test]
+async fn an_entry_is_gone_at_the_exact_instant_it_expires() {
+    let (clock, store) = store_at_noon();
+    store.put("k", "1", Duration::from_secs(60)).await.unwrap();
+    clock.advance(Duration::from_millis(59_999));
+    assert_eq!(store.get("k").await.unwrap().as_deref(), Some("1"));
+    assert_eq!(
+        store.ttl("k").await.unwrap(),
+        Some(Duration::from_millis(1))
+    );
+    clock.advance(Duration::from_millis(1));
+    assert_eq!(store.get("k").await.unwrap(), None);
+    assert_eq!(store.ttl("k").await.unwrap(), None);
+    assert!(!store.forget("k").await.unwrap());
+}
+
+#[tokio::test]
+async fn add_succeeds_again_once_the_entry_expired() {
+    let (clock, store) = store_at_noon();
+    assert!(store.add("k", "a", Duration::from_secs(5)).await.unwrap());
+    clock.advance(Duration::from_secs(4));
+    assert!(!store.add("k", "b", Duration::from_secs(5)).await.unwrap());
+    clock.advance(Duration::from_secs(1));
+    assert!(store.add("k", "c", Duration::from_secs(5)).await.unwrap());
+    assert_eq!(store.get("k").await.unwrap().as_deref(), Some("c"));
+    assert_eq!(store.ttl("k").await.unwrap(), Some(Duration::from_secs(5)));
+}
+
+#[tokio::test]
+async fn increment_keeps_the_expiry_and_an_incremented_new_key_never_expires() {
+    let (clock, store) = store_at_noon();
+    store
+        .put("windowed", "0", Duration::from_secs(10))
+        .await
+        .unwrap();
+    clock.advance(Duration::from_secs(6));
+    assert_eq!(store.increment("windowed", 1).await.unwrap(), 1);
+    assert_eq!(
+        store.ttl("windowed").await.unwrap(),
+        Some(Duration::from_secs(4))
+    );
+    assert_eq!(store.increment("bare", 1).await.unwrap(), 1);
+    clock.advance(Duration::from_secs(86_400 * 365));
+    assert_eq!(store.get("windowed").await.unwrap(), None);
+    assert_eq!(store.get("bare").await.unwrap().as_deref(), Some("1"));
+    // After expiry, an increment starts from 0 with no time to live.
+    assert_eq!(store.increment("windowed", 1).await.unwrap(), 1);
+    assert_eq!(store.ttl("windowed").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn increment_if_below_opens_a_window_that_later_counts_do_not_extend() {
+    let (clock, store) = store_at_noon();
+    assert_eq!(
+        store.increment_if_below("c", 10, 1, 2).await.unwrap(),
+        IncrementOutcome {
+            counted: true,
+            count: 1
+        }
+    );
+    clock.advance(Duration::from_secs(7));
+    assert!(
+        store
+            .increment_if_below("c", 10, 1, 2)
+            .await
+            .unwrap()
+            .counted
+    );
+    assert_eq!(store.ttl("c").await.unwrap(), Some(Duration::from_secs(3)));
+    assert_eq!(
+        store.increment_if_below("c", 10, 1, 2).await.unwrap(),
+        IncrementOutcome {
+            counted: false,
+            count: 2
+        }
+    );
+    clock.advance(Duration::from_secs(3));
+    // The window ended: the next count opens a new one.
+    assert_eq!(
+        store.increment_if_below("c", 10, 1, 2).await.unwrap(),
+        IncrementOutcome {
+            counted: true,
+            count: 1
+        }
+    );
+    assert_eq!(store.ttl("c").await.unwrap(), Some(Duration::from_secs(10)));
+}
+
+#[tokio::test]
+async fn ttl_counts_down_with_the_clock() {
+    let (clock, store) = store_at_noon();
+    store
+        .put("k", "v", Duration::from_millis(2_500))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.ttl("k").await.unwrap(),
+        Some(Duration::from_millis(2_500))
+    );
+    clock.advance(Duration::from_millis(1_200));
+    assert_eq!(
+        store.ttl("k").await.unwrap(),
+        Some(Duration::from_millis(1_300))
+    );
+    // Under a second is raised to one second.
+    store.put("short", "v", Duration::ZERO).await.unwrap();
+    assert_eq!(
+        store.ttl("short").await.unwrap(),
+        Some(Duration::from_secs(1))
+    );
+}
+
+#[tokio::test]
+async fn a_flood_of_distinct_keys_is_swept_once_it_expires() {
+    let clock = clock_at(12, 0, 0);
+    let store = MemoryStore::with_clock(clock.shared());
+    for i in 0..10_000 {
+        store
+            .increment_if_below(&format!("ip:10.0.{}.{}", i / 256, i % 256), 30, 1, 5)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.len(), 10_000);
+    // The windows ended, but the sweep is not due yet: the entries are still
+    // held, though no read sees them.
+    clock.advance(Duration::from_secs(30));
+    assert_eq!(store.get("ip:10.0.0.1").await.unwrap(), None);
+    assert_eq!(store.len(), 9_999);
+    // The first call after the sweep interval removes them all.
+    clock.advance(MemoryStore::DEFAULT_SWEEP_INTERVAL - Duration::from_secs(30));
+    store
+        .put("survivor", "1", Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(store.len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_increments_lose_no_count() {
+    let store = Arc::new(MemoryStore::new());
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let store = store.clone();
+            tokio::spawn(async move {
+                for _ in 0..50 {
+                    store.increment("shared", 1).await.unwrap();
+                }
+            })
+        })
+        .collect();
+    for task in tasks {
+        task.await.unwrap();
+    }
+    assert_eq!(store.get("shared").await.unwrap().as_deref(), Some("1000"));
+}
+
+#[tokio::test]
+async fn the_cache_facade_installs_a_memory_store_when_none_is_installed() {
+    let app = App::new();
+    app.scope(async {
+        assert!(App::resolve::<dyn Store>().is_none());
+        assert!(Cache::add("k", "v", Duration::from_secs(60)).await.unwrap());
+        let installed = App::resolve::<dyn Store>().expect("the facade installed a store");
+        assert_eq!(installed.name(), "memory");
+        assert_eq!(installed.get("k").await.unwrap().as_deref(), Some("v"));
+        assert!(Cache::has("k").await.unwrap());
+        assert_eq!(Cache::increment("n", 2).await.unwrap(), 2);
+        assert_eq!(Cache::decrement("n", 5).await.unwrap(), -3);
+        assert!(Cache::forget("n").await.unwrap());
+    })
+    .await;
+    // Another container does not see it.
+    App::new()
+        .scope(async { assert_eq!(Cache::get("k").await.unwrap(), None) })
+        .await;
+}
+
+#[tokio::test]
+async fn the_cache_facade_uses_the_installed_store_and_its_clock() {
+    let clock = clock_at(8, 0, 0);
+    let app = App::new();
+    CacheConfig::memory()
+        .install_with_clock(&app, clock.shared())
+        .unwrap();
+    app.scope(async {
+        Cache::put("k", "v", Duration::from_secs(30)).await.unwrap();
+        assert_eq!(
+            Cache::ttl("k").await.unwrap(),
+            Some(Duration::from_secs(30))
+        );
+        assert_eq!(
+            Cache::increment_if_below("c", 30, 2, 3).await.unwrap(),
+            IncrementOutcome {
+                counted: true,
+                count: 2
+            }
+        );
+        clock.advance(Duration::from_secs(30));
+        assert_eq!(Cache::get("k").await.unwrap(), None);
+        assert_eq!(Cache::get("c").await.unwrap(), None);
+    })
+    .await;
+}

@@ -1,0 +1,463 @@
+//! The Redis sliding-window driver against real `redis-server` processes:
+//! the shared behaviour on short real windows, exactness across connections
+//! and across OS processes, the key layout, and faults (a stopped server, a
+//! hung one, a flushed script cache).
+#![cfg(feature = "redis")]
+
+mod conformance;
+mod support;
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use support::redis::RedisServer;
+use suprnova::decision::Decision;
+use suprnova::rate_limit::redis::RedisRateLimiter;
+use suprnova::rate_limit::{RateLimitError, RateLimiterDriver, SlidingWindowConfig};
+use suprnova::redis_client::{RedisConfig, RedisConnection};
+
+async fn redis() -> conformance::RealTime<RedisServer> {
+    let server = RedisServer::start();
+    let driver = Arc::new(limiter_on(&server.url(), "conformance"));
+    conformance::RealTime::new(server, driver)
+}
+
+conformance::driver_tests!(redis);
+
+/// A limiter on its own connection to `url`, under a prefix no other test
+/// uses.
+fn limiter_on(url: &str, name: &str) -> RedisRateLimiter {
+    RedisRateLimiter::new(connect(url)).with_prefix(support::unique_prefix(name))
+}
+
+fn connect(url: &str) -> RedisConnection {
+    RedisConnection::new(RedisConfig::from_url(url).unwrap()).unwrap()
+}
+
+/// A limiter whose calls give up after 300 ms to connect plus 300 ms to
+/// answer, and that deadline.
+fn limiter_with_short_timeouts(server: &RedisServer, name: &str) -> (RedisRateLimiter, Duration) {
+    let config = RedisConfig::from_url(&server.url())
+        .unwrap()
+        .with_timeouts(Duration::from_millis(300), Duration::from_millis(300));
+    let conn = RedisConnection::new(config).unwrap();
+    let deadline = conn.deadline();
+    let limiter = RedisRateLimiter::new(conn).with_prefix(support::unique_prefix(name));
+    (limiter, deadline)
+}
+
+fn per_minute(max_requests: u32) -> SlidingWindowConfig {
+    SlidingWindowConfig::new(max_requests, Duration::from_secs(60))
+}
+
+// 20 tasks, each on its own connection (its own TCP socket), 50 attempts
+// each on one key with a limit of 100: exactly 100 admitted, three runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_connections_of_fifty_admit_exactly_100() {
+    let server = RedisServer::start();
+    for run in 0..3 {
+        let prefix = support::unique_prefix("exact");
+        let drivers: Vec<Arc<dyn RateLimiterDriver>> = (0..20)
+            .map(|_| {
+                Arc::new(RedisRateLimiter::new(connect(&server.url())).with_prefix(&prefix))
+                    as Arc<dyn RateLimiterDriver>
+            })
+            .collect();
+        let admitted =
+            conformance::admitted_by_contenders(drivers, 50, "hot", per_minute(100)).await;
+        assert_eq!(admitted, 100, "run {run}");
+        let stored = server.command(&format!("ZCARD {prefix}hot"));
+        assert_eq!(stored.trim(), ":100", "run {run}");
+    }
+}
+
+const WORKER_URL: &str = "SUPRNOVA_TEST_WORKER_REDIS_URL";
+const WORKER_PREFIX: &str = "SUPRNOVA_TEST_WORKER_PREFIX";
+const WORKER_START_MS: &str = "SUPRNOVA_TEST_WORKER_START_MS";
+
+fn unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+// 4 OS processes (this test binary, run again as workers), each with 5
+// connections of 50 attempts, on one key with a limit of 100: exactly 100
+// admitted across the processes, three runs.
+#[test]
+fn four_processes_sharing_one_redis_admit_exactly_100() {
+    let server = RedisServer::start();
+    let exe = std::env::current_exe().unwrap();
+    for run in 0..3 {
+        let prefix = support::unique_prefix("processes");
+        // The workers start together at a moment after all of them are up.
+        let start_ms = unix_ms() + 1_500;
+        let workers: Vec<_> = (0..4)
+            .map(|_| {
+                Command::new(&exe)
+                    .args(["--ignored", "--exact", "process_worker", "--nocapture"])
+                    .env(WORKER_URL, server.url())
+                    .env(WORKER_PREFIX, &prefix)
+                    .env(WORKER_START_MS, start_ms.to_string())
+                    .stdout(Stdio::piped())
+                    .stderr(Stdio::inherit())
+                    .spawn()
+                    .unwrap()
+            })
+            .collect();
+        let mut admitted = 0;
+        for worker in workers {
+            let output = worker.wait_with_output().unwrap();
+            assert!(output.status.success(), "a worker failed in run {run}");
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let counts: Vec<u32> = stdout
+                .lines()
+                .filter_map(|l| l.strip_prefix("admitted="))
+                .map(|n| n.trim().parse().unwrap())
+                .collect();
+            assert_eq!(counts.len(), 1, "worker output: {stdout}");
+            admitted += counts[0];
+        }
+        assert_eq!(admitted, 100, "run {run}");
+    }
+}
+
+// The worker of the test above; does nothing when run without its
+// environment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process of four_processes_sharing_one_redis_admit_exactly_100"]
+async fn process_worker() {
+    let (Ok(url), Ok(prefix), Ok(start_ms)) = (
+        std::env::var(WORKER_URL),
+        std::env::var(WORKER_PREFIX),
+        std::env::var(WORKER_START_MS),
+    ) else {
+        return;
+    };
+    let drivers: Vec<Arc<dyn RateLimiterDriver>> = (0..5)
+        .map(|_| {
+            Arc::new(RedisRateLimiter::new(connect(&url)).with_prefix(&prefix))
+                as Arc<dyn RateLimiterDriver>
+        })
+        .collect();
+    // Connect before the start, so the start is the contention.
+    for driver in &drivers {
+        driver.retry_after("hot", &per_minute(100)).await.unwrap();
+    }
+    let wait = start_ms.parse::<u64>().unwrap().saturating_sub(unix_ms());
+    tokio::time::sleep(Duration::from_millis(wait)).await;
+    let admitted = conformance::admitted_by_contenders(drivers, 50, "hot", per_minute(100)).await;
+    println!("admitted={admitted}");
+}
+
+// The bucket is a sorted set under `suprnova_rate_limit:<key>` whose members
+// are the integer Redis TIME of each hit in microseconds, equal to their
+// scores, and which expires when its newest hit leaves the window.
+#[tokio::test]
+async fn a_bucket_is_a_sorted_set_of_redis_time_stamps_under_the_default_prefix() {
+    let server = RedisServer::start();
+    let conn = connect(&server.url());
+    let limiter = RedisRateLimiter::new(conn.clone());
+    assert_eq!(limiter.prefix(), "suprnova_rate_limit:");
+    let cfg = SlidingWindowConfig::new(5, Duration::from_secs(2));
+    for _ in 0..3 {
+        assert!(limiter.try_acquire("user:42", &cfg).await.unwrap());
+    }
+    let key = "suprnova_rate_limit:user:42";
+    let kind: String = conn.query(redis::cmd("TYPE").arg(key)).await.unwrap();
+    assert_eq!(kind, "zset");
+    let hits: Vec<(String, String)> = conn
+        .query(
+            redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .await
+        .unwrap();
+    let (secs, micros): (String, String) = conn.query(&redis::cmd("TIME")).await.unwrap();
+    let redis_now: u64 = secs.parse::<u64>().unwrap() * 1_000_000 + micros.parse::<u64>().unwrap();
+    assert_eq!(hits.len(), 3);
+    let mut previous = 0;
+    for (member, score) in &hits {
+        assert_eq!(member, score, "member and score are the same integer");
+        let stamp: u64 = member.parse().unwrap();
+        assert!(stamp > previous, "stamps are unique and increasing");
+        assert!(
+            redis_now - stamp < 2_000_000,
+            "{stamp} is not Redis TIME {redis_now}"
+        );
+        previous = stamp;
+    }
+    let ttl: i64 = conn.query(redis::cmd("PTTL").arg(key)).await.unwrap();
+    assert!(ttl > 1_000 && ttl <= 2_000, "PTTL {ttl}");
+
+    let custom = RedisRateLimiter::new(conn.clone()).with_prefix("app:rl:");
+    assert!(custom.try_acquire("user:42", &cfg).await.unwrap());
+    assert_eq!(server.command("ZCARD app:rl:user:42").trim(), ":1");
+    assert_eq!(server.command(&format!("ZCARD {key}")).trim(), ":3");
+}
+
+/// Redis `TIME` in microseconds.
+async fn redis_time_us(conn: &RedisConnection) -> u64 {
+    let (secs, micros): (u64, u64) = conn.query(&redis::cmd("TIME")).await.unwrap();
+    secs * 1_000_000 + micros
+}
+
+// The window is half-open at the script's resolution: a call at Redis time
+// `now` drops the hit stamped `now - window` and keeps the one stamped a
+// microsecond later. The bucket is seeded with a hit at every microsecond of
+// a 100 ms span, and the call is made when its boundary falls in the middle
+// of that span; afterwards the oldest hit left must be exactly one
+// microsecond inside the window of the new hit.
+#[tokio::test]
+async fn the_window_is_half_open_to_the_microsecond() {
+    const WINDOW_US: u64 = 1_000_000;
+    const SEEDED: u64 = 100_000;
+    let server = RedisServer::start();
+    let conn = connect(&server.url());
+    let limiter = RedisRateLimiter::new(conn.clone()).with_prefix("edge:");
+    let call_at = redis_time_us(&conn).await + 600_000;
+    let first = call_at - WINDOW_US - SEEDED / 2;
+    let mut seed = redis::cmd("ZADD");
+    seed.arg("edge:k");
+    for stamp in first..first + SEEDED {
+        seed.arg(stamp).arg(stamp);
+    }
+    let _: u64 = conn.query(&seed).await.unwrap();
+    let early = call_at
+        .checked_sub(redis_time_us(&conn).await)
+        .expect("seeding took over 600 ms");
+    tokio::time::sleep(Duration::from_micros(early)).await;
+
+    let cfg = SlidingWindowConfig::new(1_000_000, Duration::from_micros(WINDOW_US));
+    let decision = limiter.acquire("k", &cfg).await.unwrap();
+    assert!(decision.allowed);
+    let score = async |index: i64| -> u64 {
+        let hit: Vec<(u64, u64)> = conn
+            .query(
+                redis::cmd("ZRANGE")
+                    .arg("edge:k")
+                    .arg(index)
+                    .arg(index)
+                    .arg("WITHSCORES"),
+            )
+            .await
+            .unwrap();
+        hit[0].1
+    };
+    let (now, oldest) = (score(-1).await, score(0).await);
+    assert!(
+        now - WINDOW_US < first + SEEDED - 1,
+        "the call came 50 ms late; its boundary is past the seeded span"
+    );
+    assert_eq!(oldest, now - WINDOW_US + 1);
+    let held = first + SEEDED - oldest + 1;
+    assert_eq!(decision.remaining, 1_000_000 - held);
+}
+
+// The wait is the time from the script's Redis TIME until the oldest hit
+// leaves: it lies between the values computed from Redis TIME read just
+// before and just after the call, to the microsecond.
+#[tokio::test]
+async fn retry_after_is_exact_to_redis_time() {
+    let server = RedisServer::start();
+    let conn = connect(&server.url());
+    let limiter = RedisRateLimiter::new(conn.clone()).with_prefix("wait:");
+    let cfg = SlidingWindowConfig::new(2, Duration::from_secs(2));
+    assert!(limiter.try_acquire("k", &cfg).await.unwrap());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(limiter.try_acquire("k", &cfg).await.unwrap());
+    let oldest: Vec<(u64, u64)> = conn
+        .query(
+            redis::cmd("ZRANGE")
+                .arg("wait:k")
+                .arg(0)
+                .arg(0)
+                .arg("WITHSCORES"),
+        )
+        .await
+        .unwrap();
+    let frees_at = oldest[0].1 + 2_000_000;
+    let bounds = |before: u64, after: u64| {
+        Duration::from_micros(frees_at - after)..=Duration::from_micros(frees_at - before)
+    };
+
+    let before = redis_time_us(&conn).await;
+    let wait = limiter.retry_after("k", &cfg).await.unwrap().unwrap();
+    let after = redis_time_us(&conn).await;
+    assert!(bounds(before, after).contains(&wait), "{wait:?}");
+
+    let before = redis_time_us(&conn).await;
+    let refused = limiter.acquire("k", &cfg).await.unwrap();
+    let after = redis_time_us(&conn).await;
+    assert!(!refused.allowed);
+    let wait = refused.retry_after.unwrap();
+    assert!(bounds(before, after).contains(&wait), "{wait:?}");
+    assert_eq!(refused.reset_at, Some(frees_at.div_ceil(1_000_000) as i64));
+}
+
+// 100 hits cost less than half of what the same 100 hits cost with UUID
+// members (the usual way to make members unique).
+#[tokio::test]
+async fn a_bucket_of_100_hits_takes_under_half_the_memory_of_uuid_members() {
+    let server = RedisServer::start();
+    let conn = connect(&server.url());
+    let limiter = RedisRateLimiter::new(conn.clone()).with_prefix("mem:");
+    for _ in 0..100 {
+        assert!(limiter.try_acquire("ours", &per_minute(100)).await.unwrap());
+    }
+    let hits: Vec<(String, String)> = conn
+        .query(
+            redis::cmd("ZRANGE")
+                .arg("mem:ours")
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .await
+        .unwrap();
+    let mut uuids = redis::cmd("ZADD");
+    uuids.arg("mem:uuid");
+    for (i, (_, score)) in hits.iter().enumerate() {
+        uuids.arg(score).arg(format!(
+            "{:08x}-5f1c-4b9a-9d2e-{:012x}",
+            i * 7_919,
+            i * 104_729
+        ));
+    }
+    let added: u32 = conn.query(&uuids).await.unwrap();
+    assert_eq!(added, 100);
+    let usage = async |key: &str| -> u64 {
+        conn.query(redis::cmd("MEMORY").arg("USAGE").arg(key))
+            .await
+            .unwrap()
+    };
+    let (ours, uuid) = (usage("mem:ours").await, usage("mem:uuid").await);
+    assert!(ours * 2 <= uuid, "ours {ours} B, UUID members {uuid} B");
+    assert_eq!(
+        server.command("OBJECT ENCODING mem:ours").trim(),
+        "$8\r\nlistpack"
+    );
+}
+
+/// Makes one call that must fail as a backend error within `deadline` (and
+/// a little scheduling slack).
+async fn fails_within(limiter: &RedisRateLimiter, deadline: Duration) -> RateLimitError {
+    let started = Instant::now();
+    let err = limiter.acquire("k", &per_minute(100)).await.unwrap_err();
+    let took = started.elapsed();
+    assert!(
+        took <= deadline + Duration::from_millis(200),
+        "took {took:?}"
+    );
+    assert!(err.is_backend(), "{err:?}");
+    err
+}
+
+/// Calls until a call succeeds, for at most 5 s, and returns its decision.
+async fn first_success(limiter: &RedisRateLimiter) -> Decision {
+    let started = Instant::now();
+    loop {
+        match limiter.acquire("k", &per_minute(100)).await {
+            Ok(decision) => return decision,
+            Err(e) if started.elapsed() < Duration::from_secs(5) => {
+                assert!(e.is_backend(), "{e:?}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("no recovery within 5 s: {e}"),
+        }
+    }
+}
+
+// Redis stopped mid-run: each call fails within the connection's deadline
+// (300 ms to connect + 300 ms to answer), as a backend error; once Redis is
+// back, calls succeed again, with the script loaded again on the fresh
+// server.
+#[tokio::test]
+async fn a_stopped_redis_errors_within_the_timeout_and_a_restart_recovers() {
+    let mut server = RedisServer::start();
+    let (limiter, deadline) = limiter_with_short_timeouts(&server, "fault");
+    let cfg = per_minute(100);
+    assert_eq!(limiter.acquire("k", &cfg).await.unwrap().remaining, 99);
+
+    server.stop();
+    for _ in 0..5 {
+        fails_within(&limiter, deadline).await;
+        assert!(limiter.retry_after("k", &cfg).await.is_err());
+    }
+
+    server.restart();
+    // The restarted server is empty: the count starts again.
+    assert_eq!(first_success(&limiter).await.remaining, 99);
+    for remaining in [98, 97, 96] {
+        assert_eq!(
+            limiter.acquire("k", &cfg).await.unwrap().remaining,
+            remaining
+        );
+    }
+}
+
+// Redis alive but not answering (every client paused): a call gives up
+// within the deadline instead of hanging the request, and once Redis
+// answers again, so does the limiter.
+#[tokio::test]
+async fn a_hung_redis_times_out_within_the_deadline() {
+    let server = RedisServer::start();
+    let (limiter, deadline) = limiter_with_short_timeouts(&server, "hung");
+    assert!(limiter.try_acquire("k", &per_minute(100)).await.unwrap());
+    assert!(server.command("CLIENT PAUSE 1500 ALL").starts_with("+OK"));
+    let err = fails_within(&limiter, deadline).await;
+    // Whichever timer fires first (the connection's response timeout or
+    // the overall deadline), the error says the wait ran out.
+    let text = err.to_string();
+    assert!(
+        matches!(err, RateLimitError::Timeout(_)) || text.contains("timed out"),
+        "{text}"
+    );
+    tokio::time::sleep(Duration::from_millis(1_600)).await;
+    assert!(first_success(&limiter).await.allowed);
+}
+
+// SCRIPT FLUSH between calls: the next call finds NOSCRIPT, loads the script
+// again, and the count goes on where it was.
+#[tokio::test]
+async fn script_flush_between_calls_does_not_break_the_driver() {
+    let server = RedisServer::start();
+    let limiter = limiter_on(&server.url(), "flush");
+    let cfg = per_minute(5);
+    for remaining in [4, 3, 2] {
+        assert_eq!(
+            limiter.acquire("k", &cfg).await.unwrap().remaining,
+            remaining
+        );
+        assert!(server.command("SCRIPT FLUSH").starts_with("+OK"));
+    }
+    assert_eq!(limiter.retry_after("k", &cfg).await.unwrap(), None);
+    assert!(server.command("SCRIPT FLUSH").starts_with("+OK"));
+    assert_eq!(limiter.acquire("k", &cfg).await.unwrap().remaining, 1);
+}
+
+#[tokio::test]
+async fn a_key_of_another_type_is_a_backend_error() {
+    let server = RedisServer::start();
+    let limiter = RedisRateLimiter::new(connect(&server.url())).with_prefix("typed:");
+    assert!(server.command("SET typed:k plain").starts_with("+OK"));
+    let err = limiter.acquire("k", &per_minute(5)).await.unwrap_err();
+    assert!(matches!(err, RateLimitError::Backend(_)), "{err:?}");
+    assert!(err.to_string().contains("WRONGTYPE"), "{err}");
+}
+
+// A window longer than the script keeps exact is refused before any call to
+// Redis, so even with no Redis at all it is a configuration error.
+#[tokio::test]
+async fn a_window_past_the_scripts_range_is_a_config_error() {
+    let limiter = RedisRateLimiter::new(connect("redis://127.0.0.1:1"));
+    let cfg = SlidingWindowConfig::new(5, Duration::from_secs(100 * 365 * 24 * 3_600));
+    let err = limiter.acquire("k", &cfg).await.unwrap_err();
+    assert!(matches!(err, RateLimitError::Config(_)), "{err:?}");
+    assert_eq!(limiter.name(), "redis");
+}

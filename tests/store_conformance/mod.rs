@@ -1,0 +1,242 @@
+//! One suite every cache store passes: the behaviour of the `Store` trait
+//! that does not depend on time passing. `store_conformance_tests!(make)`
+//! turns each check into a test; `run_all` runs them in turn on one store.
+
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use suprnova::cache::{IncrementOutcome, Store};
+
+const MINUTE: Duration = Duration::from_secs(60);
+
+pub async fn get_put_and_forget(store: &dyn Store, p: &str) {
+    let k = format!("{p}k");
+    assert_eq!(store.get(&k).await.unwrap(), None);
+    assert!(!store.has(&k).await.unwrap());
+    store.put(&k, "v1", MINUTE).await.unwrap();
+    assert_eq!(store.get(&k).await.unwrap().as_deref(), Some("v1"));
+    assert!(store.has(&k).await.unwrap());
+    store.put(&k, "v2", MINUTE).await.unwrap();
+    assert_eq!(store.get(&k).await.unwrap().as_deref(), Some("v2"));
+    assert!(store.forget(&k).await.unwrap());
+    assert!(!store.forget(&k).await.unwrap());
+    assert_eq!(store.get(&k).await.unwrap(), None);
+}
+
+pub async fn add_sets_only_when_absent(store: &dyn Store, p: &str) {
+    let k = format!("{p}k");
+    assert!(store.add(&k, "first", MINUTE).await.unwrap());
+    assert!(
+        !store
+            .add(&k, "second", Duration::from_secs(600))
+            .await
+            .unwrap()
+    );
+    assert_eq!(store.get(&k).await.unwrap().as_deref(), Some("first"));
+    // The loser of add left the time to live alone too.
+    let ttl = store.ttl(&k).await.unwrap().unwrap();
+    assert!(ttl <= MINUTE && ttl > Duration::from_secs(55), "{ttl:?}");
+}
+
+pub async fn increment_and_decrement(store: &dyn Store, p: &str) {
+    let k = format!("{p}n");
+    assert_eq!(store.increment(&k, 1).await.unwrap(), 1);
+    assert_eq!(store.increment(&k, 5).await.unwrap(), 6);
+    assert_eq!(store.decrement(&k, 2).await.unwrap(), 4);
+    assert_eq!(store.decrement(&k, 10).await.unwrap(), -6);
+    // Integers are kept as plain decimal strings.
+    assert_eq!(store.get(&k).await.unwrap().as_deref(), Some("-6"));
+    // A missing key starts at 0 and gets no time to live, as INCRBY.
+    assert_eq!(store.ttl(&k).await.unwrap(), None);
+    assert_eq!(store.decrement(&format!("{p}m"), 3).await.unwrap(), -3);
+}
+
+pub async fn increment_keeps_the_time_to_live(store: &dyn Store, p: &str) {
+    let k = format!("{p}n");
+    assert!(store.add(&k, "0", MINUTE).await.unwrap());
+    assert_eq!(store.increment(&k, 3).await.unwrap(), 3);
+    let ttl = store.ttl(&k).await.unwrap().unwrap();
+    assert!(ttl <= MINUTE && ttl > Duration::from_secs(55), "{ttl:?}");
+}
+
+pub async fn integer_operations_refuse_other_values(store: &dyn Store, p: &str) {
+    let k = format!("{p}text");
+    store.put(&k, "abc", MINUTE).await.unwrap();
+    assert!(store.increment(&k, 1).await.is_err());
+    assert!(store.increment_if_below(&k, 60, 1, 10).await.is_err());
+    assert_eq!(store.get(&k).await.unwrap().as_deref(), Some("abc"));
+}
+
+pub async fn increment_if_below_counts_up_to_the_ceiling(store: &dyn Store, p: &str) {
+    let k = format!("{p}c");
+    for expected in 1..=3 {
+        assert_eq!(
+            store.increment_if_below(&k, 60, 1, 3).await.unwrap(),
+            IncrementOutcome {
+                counted: true,
+                count: expected
+            }
+        );
+    }
+    for _ in 0..2 {
+        assert_eq!(
+            store.increment_if_below(&k, 60, 1, 3).await.unwrap(),
+            IncrementOutcome {
+                counted: false,
+                count: 3
+            }
+        );
+    }
+    assert_eq!(store.get(&k).await.unwrap().as_deref(), Some("3"));
+    // An amount that would cross the ceiling does not count, even when a
+    // smaller one would.
+    let w = format!("{p}w");
+    assert!(
+        store
+            .increment_if_below(&w, 60, 4, 5)
+            .await
+            .unwrap()
+            .counted
+    );
+    assert_eq!(
+        store.increment_if_below(&w, 60, 2, 5).await.unwrap(),
+        IncrementOutcome {
+            counted: false,
+            count: 4
+        }
+    );
+    assert_eq!(
+        store.increment_if_below(&w, 60, 1, 5).await.unwrap(),
+        IncrementOutcome {
+            counted: true,
+            count: 5
+        }
+    );
+}
+
+pub async fn increment_if_below_leaves_a_missing_key_missing(store: &dyn Store, p: &str) {
+    let k = format!("{p}c");
+    assert_eq!(
+        store.increment_if_below(&k, 60, 5, 4).await.unwrap(),
+        IncrementOutcome {
+            counted: false,
+            count: 0
+        }
+    );
+    assert_eq!(store.get(&k).await.unwrap(), None);
+}
+
+pub async fn increment_if_below_gives_the_decay_only_to_keys_without_one(
+    store: &dyn Store,
+    p: &str,
+) {
+    // A new key gets the decay.
+    let fresh = format!("{p}fresh");
+    store.increment_if_below(&fresh, 30, 1, 10).await.unwrap();
+    let ttl = store.ttl(&fresh).await.unwrap().unwrap();
+    assert!(
+        ttl <= Duration::from_secs(30) && ttl > Duration::from_secs(25),
+        "{ttl:?}"
+    );
+    // A key with a time to live keeps it.
+    let kept = format!("{p}kept");
+    store
+        .put(&kept, "1", Duration::from_secs(600))
+        .await
+        .unwrap();
+    store.increment_if_below(&kept, 30, 1, 10).await.unwrap();
+    let ttl = store.ttl(&kept).await.unwrap().unwrap();
+    assert!(ttl > Duration::from_secs(590), "{ttl:?}");
+    // A key that INCRBY created without one gets the decay.
+    let bare = format!("{p}bare");
+    store.increment(&bare, 2).await.unwrap();
+    assert_eq!(store.ttl(&bare).await.unwrap(), None);
+    assert_eq!(
+        store
+            .increment_if_below(&bare, 30, 1, 10)
+            .await
+            .unwrap()
+            .count,
+        3
+    );
+    let ttl = store.ttl(&bare).await.unwrap().unwrap();
+    assert!(
+        ttl <= Duration::from_secs(30) && ttl > Duration::from_secs(25),
+        "{ttl:?}"
+    );
+}
+
+pub async fn ttl_reads_what_is_left(store: &dyn Store, p: &str) {
+    assert_eq!(store.ttl(&format!("{p}missing")).await.unwrap(), None);
+    let k = format!("{p}k");
+    store.put(&k, "1", Duration::from_secs(10)).await.unwrap();
+    let ttl = store.ttl(&k).await.unwrap().unwrap();
+    assert!(
+        ttl <= Duration::from_secs(10) && ttl > Duration::from_secs(8),
+        "{ttl:?}"
+    );
+    // A time to live under a second is raised to one second.
+    let short = format!("{p}short");
+    store
+        .put(&short, "1", Duration::from_millis(10))
+        .await
+        .unwrap();
+    let ttl = store.ttl(&short).await.unwrap().unwrap();
+    assert!(ttl > Duration::from_millis(500), "{ttl:?}");
+}
+
+pub async fn keys_are_independent(store: &dyn Store, p: &str) {
+    let (a, b) = (format!("{p}a"), format!("{p}a:timer"));
+    store.increment(&a, 2).await.unwrap();
+    store.put(&b, "1796202328", MINUTE).await.unwrap();
+    assert_eq!(store.get(&a).await.unwrap().as_deref(), Some("2"));
+    assert!(store.forget(&a).await.unwrap());
+    assert_eq!(store.get(&b).await.unwrap().as_deref(), Some("1796202328"));
+}
+
+/// Every check in turn on one store, each under its own prefix.
+pub async fn run_all(store: &dyn Store, p: &str) {
+    get_put_and_forget(store, &format!("{p}1:")).await;
+    add_sets_only_when_absent(store, &format!("{p}2:")).await;
+    increment_and_decrement(store, &format!("{p}3:")).await;
+    increment_keeps_the_time_to_live(store, &format!("{p}4:")).await;
+    integer_operations_refuse_other_values(store, &format!("{p}5:")).await;
+    increment_if_below_counts_up_to_the_ceiling(store, &format!("{p}6:")).await;
+    increment_if_below_leaves_a_missing_key_missing(store, &format!("{p}7:")).await;
+    increment_if_below_gives_the_decay_only_to_keys_without_one(store, &format!("{p}8:")).await;
+    ttl_reads_what_is_left(store, &format!("{p}9:")).await;
+    keys_are_independent(store, &format!("{p}10:")).await;
+}
+
+/// One test per check. `$make` is an async fn returning `(guard, store)`;
+/// the guard (a server, or `()`) lives until the test ends.
+macro_rules! store_conformance_tests {
+    ($make:ident) => {
+        store_conformance_tests!(@each $make;
+            get_put_and_forget,
+            add_sets_only_when_absent,
+            increment_and_decrement,
+            increment_keeps_the_time_to_live,
+            integer_operations_refuse_other_values,
+            increment_if_below_counts_up_to_the_ceiling,
+            increment_if_below_leaves_a_missing_key_missing,
+            increment_if_below_gives_the_decay_only_to_keys_without_one,
+            ttl_reads_what_is_left,
+            keys_are_independent,
+        );
+    };
+    (@each $make:ident; $($check:ident),* $(,)?) => {
+        mod conformance {
+            $(
+                #[tokio::test]
+                async fn $check() {
+                    let (_guard, store) = super::$make().await;
+                    let prefix = crate::support::unique_prefix(stringify!($check));
+                    crate::store_conformance::$check(&*store, &prefix).await;
+                }
+            )*
+        }
+    };
+}
+pub(crate) use store_conformance_tests;
