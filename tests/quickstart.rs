@@ -9,7 +9,9 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read};
+use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -22,6 +24,8 @@ use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use support::http::Reply;
+
+const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 
 /// Longest wait for the binary to listen, or to exit when it must refuse.
 const START_LIMIT: Duration = Duration::from_secs(30);
@@ -146,7 +150,8 @@ struct Quickstart {
     stdout: Pipe,
     stderr: Pipe,
     base: String,
-    client: Client<HttpConnector, Full<Bytes>>,
+    /// One keep-alive client for each source address.
+    clients: Mutex<HashMap<IpAddr, Client<HttpConnector, Full<Bytes>>>>,
 }
 
 impl Quickstart {
@@ -187,7 +192,7 @@ impl Quickstart {
             stdout,
             stderr,
             base,
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            clients: Mutex::default(),
         }
     }
 
@@ -196,18 +201,41 @@ impl Quickstart {
         self.stdout.text()
     }
 
-    /// Sends `method path` with `body` as a form, from 127.0.0.1.
-    async fn send(&self, method: &str, path: &str, body: Option<&str>) -> Reply {
+    /// Sends `method path`, with `form` as a form body, from 127.0.0.1.
+    async fn send(&self, method: &str, path: &str, form: Option<&str>) -> Reply {
+        self.send_from(LOCALHOST, method, path, form).await
+    }
+
+    /// Sends `method path` with `form` from `local`, any address of
+    /// 127.0.0.0/8, so that the quickstart sees another client.
+    async fn send_from(
+        &self,
+        local: IpAddr,
+        method: &str,
+        path: &str,
+        form: Option<&str>,
+    ) -> Reply {
         let mut request = http::Request::builder()
             .method(method)
             .uri(format!("{}{path}", self.base));
-        if body.is_some() {
+        if form.is_some() {
             request = request.header("content-type", "application/x-www-form-urlencoded");
         }
         let request = request
-            .body(Full::new(Bytes::from(body.unwrap_or("").to_owned())))
+            .body(Full::new(Bytes::from(form.unwrap_or("").to_owned())))
             .unwrap();
-        let response = tokio::time::timeout(Duration::from_secs(10), self.client.request(request))
+        let client = self
+            .clients
+            .lock()
+            .unwrap()
+            .entry(local)
+            .or_insert_with(|| {
+                let mut connector = HttpConnector::new();
+                connector.set_local_address(Some(local));
+                Client::builder(TokioExecutor::new()).build(connector)
+            })
+            .clone();
+        let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
             .await
             .expect("the quickstart answered within 10 s")
             .expect("the request reached the quickstart");
@@ -223,6 +251,15 @@ impl Quickstart {
 
     async fn get(&self, path: &str) -> Reply {
         self.send("GET", path, None).await
+    }
+
+    /// `count` GETs of `path` in a row, from 127.0.0.1.
+    async fn get_times(&self, path: &str, count: usize) -> Vec<Reply> {
+        let mut replies = Vec::with_capacity(count);
+        for _ in 0..count {
+            replies.push(self.get(path).await);
+        }
+        replies
     }
 
     /// Waits (bounded) for the process to exit.
@@ -388,4 +425,214 @@ async fn ctrl_c_stops_it_gracefully() {
     let log = app.stdout.finish();
     assert!(log.contains("ctrl-c received; shutting down"), "{log}");
     assert!(log.contains("stopped"), "{log}");
+}
+
+/// Asserts that `replies` were admitted with the limit's headers, the places
+/// left going down from `limit - 1`, one a request.
+fn assert_admitted_counting_down(replies: &[Reply], limit: usize) {
+    for (n, reply) in replies.iter().enumerate() {
+        let which = format!("request {} of {}", n + 1, replies.len());
+        assert_eq!(reply.status, 200, "{which}: {}", reply.body);
+        assert_eq!(
+            reply.header("x-ratelimit-limit"),
+            Some(&*limit.to_string()),
+            "{which}"
+        );
+        assert_eq!(
+            reply.header("x-ratelimit-remaining"),
+            Some(&*(limit - 1 - n).to_string()),
+            "{which}"
+        );
+        assert_eq!(reply.header("retry-after"), None, "{which}");
+    }
+}
+
+/// Asserts a 429 with the limit's headers and a `Retry-After` within the
+/// window, and returns the `Retry-After`.
+fn assert_refused(reply: &Reply, limit: usize, window_secs: u64) -> u64 {
+    assert_eq!(reply.status, 429, "{}", reply.body);
+    let retry_after: u64 = reply
+        .header("retry-after")
+        .expect("a Retry-After header")
+        .parse()
+        .expect("Retry-After in whole seconds");
+    assert!(
+        (1..=window_secs).contains(&retry_after),
+        "Retry-After: {retry_after} for a window of {window_secs} s"
+    );
+    assert_eq!(reply.header("x-ratelimit-limit"), Some(&*limit.to_string()));
+    assert_eq!(reply.header("x-ratelimit-remaining"), Some("0"));
+    retry_after
+}
+
+/// The acceptance of the quickstart: 200 on `/`, then the `throttle:60,1`
+/// route admits 60 requests a minute and refuses the 61st with Laravel's
+/// headers.
+async fn assert_home_then_sixty_a_minute(app: &Quickstart) {
+    let home = app.get("/").await;
+    assert_eq!(home.status, 200);
+    assert!(
+        home.body.starts_with("Hello from Suprnova."),
+        "{}",
+        home.body
+    );
+
+    let admitted = app.get_times("/throttled", 60).await;
+    assert_admitted_counting_down(&admitted, 60);
+    let refused = app.get("/throttled").await;
+    let retry_after = assert_refused(&refused, 60, 60);
+    assert_eq!(refused.body, "Too Many Attempts.");
+    let reset: i64 = refused
+        .header("x-ratelimit-reset")
+        .expect("an X-RateLimit-Reset header")
+        .parse()
+        .expect("X-RateLimit-Reset in unix seconds");
+    let expected = chrono::Utc::now().timestamp() + retry_after as i64;
+    assert!(
+        (expected - 2..=expected + 1).contains(&reset),
+        "X-RateLimit-Reset {reset}, expected about {expected}"
+    );
+    // A refused request is not counted, and the window does not move.
+    let again = app.get("/throttled").await;
+    assert_refused(&again, 60, retry_after);
+}
+
+#[tokio::test]
+async fn throttle_60_1_refuses_the_61st_request_on_memory() {
+    let app = Quickstart::start(&[]);
+    assert_home_then_sixty_a_minute(&app).await;
+    // The throttle counts per address: another client is admitted.
+    let other = app
+        .send_from("127.0.0.2".parse().unwrap(), "GET", "/throttled", None)
+        .await;
+    assert_eq!(other.status, 200);
+    assert_eq!(other.header("x-ratelimit-remaining"), Some("59"));
+}
+
+#[tokio::test]
+async fn ip_based_route_refuses_the_11th_request_from_an_address() {
+    let app = Quickstart::start(&[]);
+    let admitted = app.get_times("/sliding", 10).await;
+    assert_admitted_counting_down(&admitted, 10);
+    let refused = app.get("/sliding").await;
+    assert_refused(&refused, 10, 60);
+    assert_eq!(refused.body, "429 Too Many Requests");
+    let other = app
+        .send_from("127.0.0.3".parse().unwrap(), "GET", "/sliding", None)
+        .await;
+    assert_eq!(other.status, 200);
+    assert_eq!(other.header("x-ratelimit-remaining"), Some("9"));
+}
+
+#[tokio::test]
+async fn named_api_limiter_refuses_the_31st_request() {
+    let app = Quickstart::start(&[]);
+    let admitted = app.get_times("/api/items", 30).await;
+    assert_admitted_counting_down(&admitted, 30);
+    assert_eq!(admitted[0].body, r#"{"items":["apple","pear"]}"#);
+    let refused = app.get("/api/items").await;
+    assert_refused(&refused, 30, 60);
+}
+
+#[tokio::test]
+async fn login_is_limited_per_account_and_per_address() {
+    let app = Quickstart::start(&[]);
+    let ada = "email=ada%40example.com&password=guess";
+    // Five attempts on one account, each from another address.
+    for n in 1..=5 {
+        let peer: IpAddr = format!("127.0.1.{n}").parse().unwrap();
+        let reply = app.send_from(peer, "POST", "/login", Some(ada)).await;
+        assert_eq!(reply.status, 401, "attempt {n}: {}", reply.body);
+    }
+    // The sixth, from a fresh address, in capitals: the account's bucket is
+    // full.
+    let capitals = "email=Ada%40Example.com&password=guess";
+    let refused = app
+        .send_from(
+            "127.0.1.6".parse().unwrap(),
+            "POST",
+            "/login",
+            Some(capitals),
+        )
+        .await;
+    assert_refused(&refused, 5, 15 * 60);
+
+    // One address naming a new account each time: 20 attempts a minute.
+    let peer: IpAddr = "127.0.2.1".parse().unwrap();
+    for n in 1..=20 {
+        let form = format!("email=user{n}%40example.com&password=guess");
+        let reply = app.send_from(peer, "POST", "/login", Some(&form)).await;
+        assert_eq!(reply.status, 401, "attempt {n}: {}", reply.body);
+    }
+    let form = "email=user21%40example.com&password=guess";
+    let refused = app.send_from(peer, "POST", "/login", Some(form)).await;
+    assert_refused(&refused, 20, 60);
+}
+
+#[tokio::test]
+async fn logs_each_route_with_its_limit_and_a_curl_line() {
+    let app = Quickstart::start(&[("APP_ENV", "development")]);
+    let log = app.log();
+    let base = &app.base;
+    for expected in [
+        format!("route GET /: no limit; try: curl -i {base}/"),
+        format!(
+            "route GET /sliding: 10 in any minute per address (RateLimitMiddleware::ip_based, \
+             sliding window); see the 429: for i in $(seq 11); do curl -s -o /dev/null -w \
+             '%{{http_code}}\\n' {base}/sliding; done; curl -i {base}/sliding"
+        ),
+        format!(
+            "route GET /throttled [throttle:60,1]: 60 a minute per address and path \
+             (throttle:60,1, fixed window in the cache store); see the 429: for i in $(seq 61); \
+             do curl -s -o /dev/null -w '%{{http_code}}\\n' {base}/throttled; done; curl -i \
+             {base}/throttled"
+        ),
+        "route GET /api/items [throttle:api]: 30 a minute per user or address".to_owned(),
+        "route POST /login: 20 in any minute per address, and 5 in any 15 minutes per account \
+         named in `email`"
+            .to_owned(),
+        format!("-d 'email=ada@example.com&password=guess' {base}/login; done"),
+    ] {
+        assert!(
+            log.contains(&expected),
+            "{expected:?} missing from the log:\n{log}"
+        );
+    }
+    assert!(log.contains("environment=development"), "{log}");
+    assert!(!log.contains("APP_ENV is unset"), "{log}");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn on_redis_the_same_routes_refuse_the_same_way_in_production() {
+    let redis = support::redis::RedisServer::start();
+    let url = redis.url();
+    let app = Quickstart::start(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", &url),
+        ("CACHE_STORE", "redis"),
+        ("REDIS_URL", &url),
+    ]);
+    let log = app.log();
+    let booted = format!(
+        "rate limiting ready: environment=production driver=redis redis={url} (answering) \
+         cache=redis trusted_proxies=none"
+    );
+    assert!(
+        log.contains(&booted),
+        "{booted:?} missing from the log:\n{log}"
+    );
+
+    assert_home_then_sixty_a_minute(&app).await;
+    let admitted = app.get_times("/sliding", 10).await;
+    assert_admitted_counting_down(&admitted, 10);
+    assert_refused(&app.get("/sliding").await, 10, 60);
+
+    // Both limiters counted in this Redis: the driver's bucket in database
+    // 0, the throttle's counter and its timer in database 1, the cache
+    // database of a Laravel application.
+    let keyspace = redis.command("INFO keyspace");
+    assert!(keyspace.contains("db0:keys=1,"), "{keyspace}");
+    assert!(keyspace.contains("db1:keys=2,"), "{keyspace}");
 }
