@@ -93,7 +93,7 @@ fn quickstart_binary() -> &'static Path {
 fn quickstart_command(vars: &[(&str, &str)]) -> Command {
     static EMPTY_DIR: OnceLock<PathBuf> = OnceLock::new();
     let dir = EMPTY_DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join(format!("suprnova-quickstart-{}", std::process::id()));
+        let dir = std::env::temp_dir().join("suprnova-quickstart-cwd");
         std::fs::create_dir_all(&dir).expect("create an empty working directory");
         dir
     });
