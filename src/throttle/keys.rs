@@ -3,11 +3,8 @@
 //! Keys are passed raw to the [`RateLimiter`](crate::RateLimiter), which
 //! cleans them once, as Laravel's does.
 
-use std::hash::BuildHasher;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use crate::http::Request;
+use crate::keys::unique_token;
 
 /// Who a request is counted as: `user:<id>` for a signed-in user,
 /// `ip:<address>` for a guest ([`Request::ip`], through the trusted
@@ -48,19 +45,6 @@ pub(super) fn prefixed(prefix: &str, key: String) -> String {
     } else {
         format!("{prefix}:{key}")
     }
-}
-
-/// A token unique to this call: a process-wide counter behind a random
-/// per-process seed, so that replicas sharing one Redis do not hand out the
-/// same tokens.
-fn unique_token() -> String {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let seed = *SEED.get_or_init(|| {
-        // `RandomState` is seeded from the operating system's randomness.
-        std::collections::hash_map::RandomState::new().hash_one(std::process::id())
-    });
-    format!("{seed:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 #[cfg(test)]
