@@ -41,7 +41,6 @@
 use std::error::Error;
 use std::io::IsTerminal;
 use std::process::ExitCode;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,6 +56,19 @@ use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleReques
 
 /// The port when `PORT` is unset.
 const DEFAULT_PORT: u16 = 8080;
+/// One minute, the window of most routes here.
+const MINUTE: Duration = Duration::from_secs(60);
+/// `/sliding`: requests each address may make in any minute.
+const SLIDING_PER_MINUTE: u32 = 10;
+/// `/api/items` (`throttle:api`): requests a minute for each user or address.
+const API_PER_MINUTE: i64 = 30;
+/// `/login`: attempts each address may make in any minute, whichever
+/// account they name.
+const LOGIN_PER_ADDRESS: u32 = 20;
+/// `/login`: attempts each account may receive in any 15 minutes, from
+/// wherever they come.
+const LOGIN_PER_ACCOUNT: SlidingWindowConfig =
+    SlidingWindowConfig::new(5, Duration::from_secs(15 * 60));
 
 #[tokio::main]
 async fn main() -> ExitCode {
@@ -114,20 +126,6 @@ fn load_env() -> Result<Env, Box<dyn Error>> {
     }
     Ok(Env::process().with_default("APP_ENV", "local"))
 }
-
-/// One minute, the window of most routes here.
-const MINUTE: Duration = Duration::from_secs(60);
-/// `/sliding`: requests each address may make in any minute.
-const SLIDING_PER_MINUTE: u32 = 10;
-/// `/api/items` (`throttle:api`): requests a minute for each user or address.
-const API_PER_MINUTE: i64 = 30;
-/// `/login`: attempts each address may make in any minute, whichever
-/// account they name.
-const LOGIN_PER_ADDRESS: u32 = 20;
-/// `/login`: attempts each account may receive in any 15 minutes, from
-/// wherever they come.
-const LOGIN_PER_ACCOUNT: SlidingWindowConfig =
-    SlidingWindowConfig::new(5, Duration::from_secs(15 * 60));
 
 /// The application's routes, each behind its limit. Runs after boot: the
 /// per-account limit takes the installed driver, and the aliases and named
