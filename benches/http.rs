@@ -43,15 +43,22 @@ use suprnova::cache::{MemoryStore, RedisStore, Store};
 use suprnova::clock;
 use suprnova::container::App;
 use suprnova::limiter::CacheRateLimiter;
+use suprnova::middleware::register_middleware_alias_with_args;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::redis::RedisRateLimiter;
 use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
 use suprnova::redis_client::{RedisConfig, RedisConnection};
-use suprnova::{HttpResponse, Request, Router};
+use suprnova::{HttpResponse, Request, Router, ThrottleRequestsMiddleware};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 
-const SERVERS: [&str; 3] = ["none", "driver_memory", "driver_redis"];
+const SERVERS: [&str; 5] = [
+    "none",
+    "driver_memory",
+    "throttle_memory",
+    "driver_redis",
+    "throttle_redis",
+];
 /// Far above the load: every request is admitted.
 const HUGE_LIMIT: u32 = 1_000_000;
 
@@ -76,6 +83,9 @@ fn router(server: &str) -> Router {
             HUGE_LIMIT,
             Duration::from_secs(60),
         )),
+        "throttle_memory" | "throttle_redis" => {
+            router.middleware_named(&format!("throttle:{HUGE_LIMIT},1"))
+        }
         other => unreachable!("no server {other}"),
     }
 }
@@ -221,6 +231,7 @@ fn main() {
         RedisConnection::new(config).expect("a Redis connection")
     };
 
+    register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
     println!(
         "== http: {requests} requests over {connections} connections, {rounds} round(s), median round =="
     );

@@ -3,10 +3,10 @@
 //! A `VecDeque<u16>` would do, but it spends 32 bytes on its handle
 //! (pointer, capacity, head, length, each a `usize`), and that handle sits
 //! in every entry of the shard tables, next to the key. This ring keeps the
-//! capacity in the boxed slice and the head and length as `u32`: 24 bytes,
-//! which takes a bucket from 64 bytes to 56 and so a table entry from 80 to
-//! 72. At a million keys that is about 17 bytes a key, and the smaller
-//! entries put more of them in each cache line and page a lookup touches.
+//! capacity in the boxed slice and the head and length as `u32`: 24 bytes.
+//! Eight bytes an entry is about 17 bytes a key at a million keys (the
+//! tables keep spare slots), and smaller entries put more keys in each cache
+//! line and page a lookup touches.
 
 /// A first-in first-out queue of `u16` words in one boxed slice used as a
 /// ring. It never holds more than `u32::MAX` words (8 GiB).

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Runs the performance measurements of docs/performance.md one after the
+# other and keeps each one's output in target/perf/<bench>.txt.
+#
+#   benches/run.sh                 # all of them (about half an hour)
+#   benches/run.sh redis_driver    # one: the Redis driver and facade beside
+#                                  # redis-benchmark, round trips, memory per key
+#
+# Each bench prints the machine and the load average it ran on. The targets
+# are ratios between contenders of one run; on a busy machine (load average
+# above about 1 on two cores) the ratios are noisy, so run it on a quiet one.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need() {
+    command -v "$1" >/dev/null || { echo "missing $1: $2" >&2; exit 1; }
+}
+need redis-server "apt-get install redis-server"
+need redis-benchmark "apt-get install redis-tools"
+
+benches=("$@")
+if [ ${#benches[@]} -eq 0 ]; then
+    benches=(memory_driver memory_footprint redis_driver http)
+fi
+
+out=target/perf
+mkdir -p "$out"
+{
+    echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores"
+    echo "kernel: $(uname -r)"
+    echo "rustc: $(rustc --version)"
+    echo "redis: $(redis-server --version)"
+} | tee "$out/machine.txt"
+
+for bench in "${benches[@]}"; do
+    echo "== $bench ($(uptime | sed 's/.*load average/load average/')) =="
+    cargo bench --bench "$bench" 2>&1 | tee "$out/$bench.txt"
+done
