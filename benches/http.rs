@@ -173,6 +173,28 @@ struct Load {
     rate: f64,
     p50_us: u32,
     p99_us: u32,
+    /// CPU time per request of this process (server and client).
+    process_cpu_us: f64,
+    /// CPU time per request of redis-server.
+    redis_cpu_us: f64,
+}
+
+/// The CPU time a process has used (user and system), from
+/// /proc/<pid>/stat, in microseconds.
+fn cpu_micros(pid: &str) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name, which is in parentheses.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime are fields 14 and 15, here 11 and 12 (0-based), in
+    // clock ticks of 10 ms on Linux.
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+        .sum();
+    ticks * 10_000.0
 }
 
 /// `requests` requests over `connections` connections; the rate and the
@@ -203,6 +225,8 @@ fn load(
             rate: requests as f64 / elapsed.as_secs_f64(),
             p50_us: at(0.50),
             p99_us: at(0.99),
+            process_cpu_us: 0.0,
+            redis_cpu_us: 0.0,
         }
     })
 }
@@ -244,7 +268,10 @@ fn main() {
             let router = router(server);
             let (addr, stop) = start_server(&server_runtime, app, router);
             load(&client_runtime, addr, connections, warm_up);
-            let measured = load(&client_runtime, addr, connections, requests);
+            let (process_before, redis_before) = (cpu_micros("self"), cpu_micros(&redis.pid()));
+            let mut measured = load(&client_runtime, addr, connections, requests);
+            measured.process_cpu_us = (cpu_micros("self") - process_before) / requests as f64;
+            measured.redis_cpu_us = (cpu_micros(&redis.pid()) - redis_before) / requests as f64;
             eprintln!(
                 "round {round}: {server:<16} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us",
                 measured.rate, measured.p50_us, measured.p99_us
@@ -264,17 +291,19 @@ fn main() {
         .collect();
     let base = medians[0].1.rate;
     println!(
-        "{:<16} {:>10} {:>9} {:>9} {:>10}",
-        "server", "req/s", "p50 us", "p99 us", "vs none"
+        "{:<16} {:>10} {:>9} {:>9} {:>10} {:>22} {:>15}",
+        "server", "req/s", "p50 us", "p99 us", "vs none", "bench CPU us/request", "redis CPU us/r"
     );
     for (server, load) in &medians {
         println!(
-            "{:<16} {:>10.0} {:>9} {:>9} {:>9.1}%",
+            "{:<16} {:>10.0} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1}",
             server,
             load.rate,
             load.p50_us,
             load.p99_us,
-            100.0 * load.rate / base
+            100.0 * load.rate / base,
+            load.process_cpu_us,
+            load.redis_cpu_us
         );
     }
 }

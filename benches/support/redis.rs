@@ -54,6 +54,11 @@ impl RedisProcess {
         self.port
     }
 
+    /// The process id of the server, for /proc.
+    pub fn pid(&self) -> String {
+        self.child.id().to_string()
+    }
+
     /// `redis://127.0.0.1:<port>`.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}", self.port)
