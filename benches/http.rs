@@ -4,6 +4,7 @@
 //! ```text
 //! cargo bench --bench http
 //! HTTP_BENCH_REQUESTS=20000 HTTP_BENCH_ROUNDS=1 cargo bench --bench http   # a quicker look
+//! HTTP_BENCH_SERVERS=driver_memory cargo bench --bench http     # none and one other
 //! ```
 //!
 //! The server is the quickstart's router (`GET /` answers a line of text),
@@ -19,6 +20,8 @@
 //! admitted and does the limiter's full work:
 //!
 //! - `none`: no limiter.
+//! - `pass_through`: a middleware that only calls the rest of the chain,
+//!   to tell what any middleware costs from what a limiter costs.
 //! - `driver_memory`: `RateLimitMiddleware::ip_based(1_000_000, 60 s)` on
 //!   the in-memory driver.
 //! - `throttle_memory`: `throttle:1000000,1` on the in-memory cache store.
@@ -48,12 +51,16 @@ use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::redis::RedisRateLimiter;
 use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
 use suprnova::redis_client::{RedisConfig, RedisConnection};
-use suprnova::{HttpResponse, Request, Router, ThrottleRequestsMiddleware};
+use suprnova::{
+    HttpResponse, Middleware, Next, Request, Response, Router, ThrottleRequestsMiddleware,
+    async_trait,
+};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 
-const SERVERS: [&str; 5] = [
+const SERVERS: [&str; 6] = [
     "none",
+    "pass_through",
     "driver_memory",
     "throttle_memory",
     "driver_redis",
@@ -72,6 +79,17 @@ fn env_number(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
+/// A middleware that only calls the rest of the chain: what any middleware
+/// costs before it does anything.
+struct PassThrough;
+
+#[async_trait]
+impl Middleware for PassThrough {
+    async fn handle(&self, request: Request, next: Next) -> Response {
+        next(request).await
+    }
+}
+
 /// The quickstart's router, behind the limiter `server` names.
 fn router(server: &str) -> Router {
     let router = Router::new().get("/", |_req: Request| async {
@@ -79,6 +97,7 @@ fn router(server: &str) -> Router {
     });
     match server {
         "none" => router,
+        "pass_through" => router.middleware(PassThrough),
         "driver_memory" | "driver_redis" => router.middleware(RateLimitMiddleware::ip_based(
             HUGE_LIMIT,
             Duration::from_secs(60),
@@ -260,7 +279,14 @@ fn main() {
         "== http: {requests} requests over {connections} connections, {rounds} round(s), median round =="
     );
     println!("machine: {}", support::machine::describe());
-    let mut results: Vec<(&str, Vec<Load>)> = SERVERS.iter().map(|s| (*s, Vec::new())).collect();
+    // HTTP_BENCH_SERVERS=none,driver_memory runs a subset; `none` always
+    // runs, since every ratio is to it.
+    let only = std::env::var("HTTP_BENCH_SERVERS").unwrap_or_default();
+    let mut results: Vec<(&str, Vec<Load>)> = SERVERS
+        .iter()
+        .filter(|s| only.is_empty() || **s == "none" || only.split(',').any(|o| o == **s))
+        .map(|s| (*s, Vec::new()))
+        .collect();
     for round in 0..rounds {
         for (server, loads) in results.iter_mut() {
             redis.command("FLUSHALL");
