@@ -50,7 +50,7 @@ use suprnova::middleware::register_middleware_alias_with_args;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::redis::RedisRateLimiter;
 use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
-use suprnova::redis_client::{RedisConfig, RedisConnection};
+use suprnova::redis_client::RedisConnection;
 use suprnova::{
     HttpResponse, Middleware, Next, Request, Response, Router, ThrottleRequestsMiddleware,
     async_trait,
@@ -68,16 +68,6 @@ const SERVERS: [&str; 6] = [
 ];
 /// Far above the load: every request is admitted.
 const HUGE_LIMIT: u32 = 1_000_000;
-
-fn env_number(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .map(|v| {
-            v.parse()
-                .unwrap_or_else(|_| panic!("{name} takes a number"))
-        })
-        .unwrap_or(default)
-}
 
 /// A middleware that only calls the rest of the chain: what any middleware
 /// costs before it does anything.
@@ -251,28 +241,18 @@ fn load(
 }
 
 fn main() {
-    let requests = env_number("HTTP_BENCH_REQUESTS", 50_000);
-    let connections = env_number("HTTP_BENCH_CONNECTIONS", 32).max(1);
-    let rounds = env_number("HTTP_BENCH_ROUNDS", 3).max(1);
+    let requests = support::env_number("HTTP_BENCH_REQUESTS", 50_000);
+    let connections = support::env_number("HTTP_BENCH_CONNECTIONS", 32).max(1);
+    let rounds = support::env_number("HTTP_BENCH_ROUNDS", 3).max(1);
     let warm_up = (requests / 10).max(connections);
 
     let redis = RedisProcess::start();
-    let server_runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("the server runtime");
+    let server_runtime = support::two_worker_runtime();
     let client_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .expect("the client runtime");
-    let redis_conn = {
-        let _guard = server_runtime.enter();
-        let config = RedisConfig::from_url(&redis.url())
-            .expect("a Redis URL")
-            .with_timeouts(Duration::from_secs(2), Duration::from_secs(2));
-        RedisConnection::new(config).expect("a Redis connection")
-    };
+    let redis_conn = redis.connection(&server_runtime);
 
     register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
     println!(

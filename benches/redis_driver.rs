@@ -38,7 +38,6 @@ use suprnova::clock;
 use suprnova::limiter::CacheRateLimiter;
 use suprnova::rate_limit::redis::RedisRateLimiter;
 use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
-use suprnova::redis_client::{RedisConfig, RedisConnection};
 
 const TASKS: u64 = 64;
 const LIMIT: u32 = 100;
@@ -147,14 +146,6 @@ fn script_load(redis: &RedisProcess, script: &str) -> String {
         "SCRIPT LOAD answered {reply:?}, expected {sha}"
     );
     sha
-}
-
-fn connection(runtime: &tokio::runtime::Runtime, redis: &RedisProcess) -> RedisConnection {
-    let config = RedisConfig::from_url(&redis.url())
-        .expect("a Redis URL")
-        .with_timeouts(Duration::from_secs(2), Duration::from_secs(2));
-    let _guard = runtime.enter();
-    RedisConnection::new(config).expect("a Redis connection")
 }
 
 fn criterion_part(
@@ -357,17 +348,10 @@ fn memory_per_key(
 
 fn main() {
     let since = SystemTime::now();
-    let count: u64 = std::env::var("REDIS_BENCH_COUNT")
-        .ok()
-        .map(|c| c.parse().expect("REDIS_BENCH_COUNT takes a number"))
-        .unwrap_or(200_000);
+    let count = support::env_number("REDIS_BENCH_COUNT", 200_000);
     let redis = RedisProcess::start();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
-    let conn = connection(&runtime, &redis);
+    let runtime = support::two_worker_runtime();
+    let conn = redis.connection(&runtime);
     let driver = Arc::new(RedisRateLimiter::new(conn.clone()).with_prefix(DRIVER_PREFIX));
     let store: Arc<dyn Store> = Arc::new(RedisStore::new(conn));
     let facade = Arc::new(CacheRateLimiter::new(store, clock::system()));

@@ -6,3 +6,23 @@
 pub mod estimates;
 pub mod machine;
 pub mod redis;
+
+/// A tokio runtime of two workers, as a server on a two-core machine runs.
+pub fn two_worker_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
+/// The number in the environment variable `name`, or `default`.
+pub fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .map(|v| {
+            v.parse()
+                .unwrap_or_else(|_| panic!("{name} takes a number"))
+        })
+        .unwrap_or(default)
+}

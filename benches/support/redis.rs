@@ -64,6 +64,20 @@ impl RedisProcess {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// A connection of the crate to this server, built inside `runtime`.
+    #[cfg(feature = "redis")]
+    pub fn connection(
+        &self,
+        runtime: &tokio::runtime::Runtime,
+    ) -> suprnova::redis_client::RedisConnection {
+        use suprnova::redis_client::{RedisConfig, RedisConnection};
+        let config = RedisConfig::from_url(&self.url())
+            .expect("a Redis URL")
+            .with_timeouts(Duration::from_secs(2), Duration::from_secs(2));
+        let _guard = runtime.enter();
+        RedisConnection::new(config).expect("a Redis connection")
+    }
+
     /// Sends one inline command and returns the whole raw reply.
     pub fn command(&self, command: &str) -> String {
         let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
