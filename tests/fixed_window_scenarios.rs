@@ -1,0 +1,180 @@
+//! The scenarios of the algorithm comparison replayed through the crate's
+//! own fixed window: the Laravel-shape limiter ([`CacheRateLimiter`]) over
+//! the memory store, on the test clock. Each request is counted with
+//! `increment_if_below`, the step the throttle middleware counts with, so a
+//! refused request is not counted.
+//!
+//! The window opens at a key's first request, not on the clock minute: that
+//! is where these counts differ from a clock-aligned fixed window, and
+//! docs/algorithms.md quotes them.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use suprnova::cache::MemoryStore;
+use suprnova::clock::{Clock, FakeClock};
+use suprnova::limiter::CacheRateLimiter;
+
+/// A fixed-window limiter on a test clock frozen at 12:00:00.
+fn fixed_window() -> (FakeClock, CacheRateLimiter) {
+    let clock = support::clock_at(12, 0, 0);
+    let store = Arc::new(MemoryStore::with_clock(clock.shared()));
+    (clock.clone(), CacheRateLimiter::new(store, clock.shared()))
+}
+
+/// One request on `key` under `max` per `decay_seconds`: admitted (and
+/// counted) only while the window has room.
+async fn admits(limiter: &CacheRateLimiter, key: &str, max: i64, decay_seconds: i64) -> bool {
+    limiter
+        .increment_if_below(key, decay_seconds, 1, max)
+        .await
+        .unwrap()
+        .counted
+}
+
+/// Sends `n` requests `every` apart at 10 per 10 s and returns the clock
+/// times (ms) of the admitted ones.
+async fn send(
+    clock: &FakeClock,
+    limiter: &CacheRateLimiter,
+    n: usize,
+    every: Duration,
+) -> Vec<u64> {
+    let mut admitted = Vec::new();
+    for _ in 0..n {
+        if admits(limiter, "key", 10, 10).await {
+            admitted.push(clock.unix_millis());
+        }
+        clock.advance(every);
+    }
+    admitted
+}
+
+/// The most admitted times in any span (`t - window`, `t`].
+fn most_in_any_window(admitted_ms: &[u64], window_ms: u64) -> usize {
+    admitted_ms
+        .iter()
+        .map(|&t| {
+            admitted_ms
+                .iter()
+                .filter(|&&s| s <= t && s + window_ms > t)
+                .count()
+        })
+        .max()
+        .unwrap_or(0)
+}
+
+// Scenario A, 10 per 10 s, with no earlier request: 10 requests from
+// 12:00:09.500 and 10 from 12:00:10.000, 40 ms apart. The first of them
+// opens the window, so it ends at 12:00:19.500, not at 12:00:10: 10 admitted.
+#[tokio::test]
+async fn a_burst_across_the_clock_boundary_opens_one_window_and_admits_10() {
+    let (clock, limiter) = fixed_window();
+    clock.advance(Duration::from_millis(9_500));
+    let before = send(&clock, &limiter, 10, Duration::from_millis(40)).await;
+    clock.advance(Duration::from_millis(100));
+    let after = send(&clock, &limiter, 10, Duration::from_millis(40)).await;
+    assert_eq!((before.len(), after.len()), (10, 0));
+}
+
+// Scenario A after one request at 12:00:00 opened the window: it ends at
+// 12:00:10, so 9 of the 10 before it pass and all 10 after it: 19 admitted
+// between 12:00:09.500 and 12:00:10.360, under a limit of 10 per 10 s.
+#[tokio::test]
+async fn a_burst_across_the_window_end_admits_19_within_one_second() {
+    let (clock, limiter) = fixed_window();
+    assert!(admits(&limiter, "key", 10, 10).await);
+    clock.advance(Duration::from_millis(9_500));
+    let before = send(&clock, &limiter, 10, Duration::from_millis(40)).await;
+    clock.advance(Duration::from_millis(100));
+    let after = send(&clock, &limiter, 10, Duration::from_millis(40)).await;
+    assert_eq!((before.len(), after.len()), (9, 10));
+    let burst: Vec<u64> = before.iter().chain(&after).copied().collect();
+    assert_eq!(most_in_any_window(&burst, 1_000), 19);
+}
+
+// Scenario B: 100 requests a second for 30 s. Windows open at 0 s, 10 s and
+// 20 s: 30 admitted, never more than 10 in any 10 s, because every window
+// starts with the request that opens it.
+#[tokio::test]
+async fn a_flood_admits_30_in_30_seconds_and_10_in_any_10() {
+    let (clock, limiter) = fixed_window();
+    let admitted = send(&clock, &limiter, 3_000, Duration::from_millis(10)).await;
+    assert_eq!(admitted.len(), 30);
+    assert_eq!(most_in_any_window(&admitted, 10_000), 10);
+}
+
+// Scenario C: quiet for 60 s, then 30 at once: 10 admitted.
+#[tokio::test]
+async fn idle_then_burst_admits_10() {
+    let (clock, limiter) = fixed_window();
+    assert_eq!(send(&clock, &limiter, 1, Duration::ZERO).await.len(), 1);
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(send(&clock, &limiter, 30, Duration::ZERO).await.len(), 10);
+}
+
+/// (from second, to second, requests per second)
+type Profile = &'static [(u32, u32, u32)];
+
+/// The five-minute load of seven clients that tests/five_minute_load.rs
+/// replays through the sliding window: (legitimate, profile).
+const LOAD: [(bool, Profile); 7] = [
+    (true, &[(0, 300, 4)]),
+    (true, &[(0, 110, 2), (110, 150, 30), (150, 300, 2)]),
+    (true, &[(0, 45, 1), (45, 65, 40), (65, 300, 1)]),
+    (true, &[(0, 300, 1)]),
+    (false, &[(0, 300, 9)]),
+    (false, &[(0, 300, 26)]),
+    (false, &[(40, 100, 18), (160, 220, 18)]),
+];
+
+/// (requests sent, requests refused) for one client at 600 a minute, with
+/// arrivals spread evenly inside each second at whole milliseconds.
+async fn replay(profile: Profile) -> (u32, u32) {
+    let (clock, limiter) = fixed_window();
+    let start = clock.now_utc();
+    let (mut sent, mut refused) = (0, 0);
+    for t in 0..300_u32 {
+        let rate: u32 = profile
+            .iter()
+            .filter(|(from, to, _)| (*from..*to).contains(&t))
+            .map(|p| p.2)
+            .sum();
+        for k in 0..rate {
+            let at = Duration::from_millis(u64::from(t) * 1_000 + u64::from(k * 1_000 / rate));
+            clock.set(start + at);
+            sent += 1;
+            if !admits(&limiter, "client", 600, 60).await {
+                refused += 1;
+            }
+        }
+    }
+    (sent, refused)
+}
+
+// The five-minute load at 600 a minute through the fixed window. Per client
+// (in the order of the load) it cuts 0, 360, 45, 0, 0, 4,800 and 960: it
+// catches 5,760, misses 6,900 and falsely blocks 405. The login series
+// starts at 0:40, so its windows open at 0:40 and 1:40, 2:40 and 3:40: each
+// 60-second peak falls inside one window and loses 480 of its 1,080. A
+// window aligned on the clock minute would split each peak 20 s / 40 s
+// across two windows and cut only 120 of each.
+#[tokio::test]
+async fn the_five_minute_load_through_the_fixed_window_at_600_a_minute() {
+    let mut cuts = Vec::new();
+    let (mut caught, mut missed, mut falsely) = (0, 0, 0);
+    for (legitimate, profile) in LOAD {
+        let (sent, refused) = replay(profile).await;
+        cuts.push(refused);
+        if legitimate {
+            falsely += refused;
+        } else {
+            caught += refused;
+            missed += sent - refused;
+        }
+    }
+    assert_eq!(cuts, vec![0, 360, 45, 0, 0, 4_800, 960]);
+    assert_eq!((caught, missed, falsely), (5_760, 6_900, 405));
+}
