@@ -52,4 +52,10 @@ mod guides {
     struct Readme;
     #[doc = include_str!("../docs/deployment.md")]
     struct Deployment;
+    #[doc = include_str!("../docs/rate-limiting.md")]
+    struct RateLimiting;
+    #[doc = include_str!("../docs/migration-from-laravel.md")]
+    struct MigrationFromLaravel;
+    #[doc = include_str!("../docs/algorithms.md")]
+    struct Algorithms;
 }
