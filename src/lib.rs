@@ -35,6 +35,7 @@ pub mod routing;
 pub mod server;
 mod sharded;
 mod sweep;
+pub mod ws;
 
 pub use async_trait::async_trait;
 pub use chrono;

@@ -254,7 +254,6 @@ impl Request {
     }
 
     /// Takes every hold off the request, for a task that outlives it.
-    #[allow(dead_code)] // taken by the WebSocket upgrade
     pub(crate) fn take_connection_holds(&mut self) -> Vec<Box<dyn Any + Send + Sync>> {
         std::mem::take(&mut self.holds)
     }

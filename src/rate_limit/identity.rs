@@ -1,0 +1,281 @@
+//! Bucket keys named by the account a request acts on: the mailbox of a
+//! password reset, the phone number of an SMS code.
+
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+use super::address_key::address_key;
+use crate::Request;
+use crate::keys::sha256_hex;
+
+/// The bucket key of the identity a request names in `field`.
+///
+/// The field is read from the query string and, when
+/// [`RateLimitMiddleware::key_reads_body`](super::RateLimitMiddleware::key_reads_body)
+/// has buffered the body, from a form-encoded body or a top-level string
+/// field of a JSON body. Each value is trimmed and lowercased, so
+/// `Alice@Example.com` and ` alice@example.com ` share a bucket, and hashed
+/// with SHA-256, so a dump of the limiter's keys does not read as a list of
+/// who is resetting a password.
+///
+/// - One identity: `<namespace>:id:<sha256 of the normalised value>`.
+/// - None (no value, or only blank ones): the address key
+///   `<namespace>:ip:<bucket address>`; pair the middleware with
+///   [`names_identity`] in `only_when` to skip such requests instead.
+/// - Two different identities (say `?email=` names one and the body
+///   another): the handler reads one of them and the key cannot know which,
+///   so every such request shares `<namespace>:ambiguous`. Inside a
+///   [`RateLimitMiddleware`](super::RateLimitMiddleware) key function the
+///   request is also refused by, and counted against, the bucket of each
+///   identity it names, so a decoy cannot buy a fresh quota and a spent
+///   identity gets no extra attempt through the shared bucket. Each bucket
+///   that admits the request counts it, even when another one refuses it.
+///
+/// A blank value in one place does not hide the value in the other.
+///
+/// ```
+/// use suprnova::Request;
+/// use suprnova::keys::sha256_hex;
+/// use suprnova::rate_limit::identity_key;
+///
+/// let req = Request::new(
+///     http::Request::post("/password/reset?email=%20Alice@Example.com").body(String::new()).unwrap(),
+/// );
+/// assert_eq!(
+///     identity_key(&req, "email", "auth-issuance"),
+///     format!("auth-issuance:id:{}", sha256_hex("alice@example.com")),
+/// );
+/// ```
+pub fn identity_key(req: &Request, field: &str, namespace: &str) -> String {
+    let named = identities(req, field);
+    match named.len() {
+        0 => address_key(req, &format!("{namespace}:ip")),
+        1 => id_key(namespace, named.first().map_or("", String::as_str)),
+        _ => {
+            let each: Vec<String> = named.iter().map(|v| id_key(namespace, v)).collect();
+            report_named_buckets(each);
+            format!("{namespace}:ambiguous")
+        }
+    }
+}
+
+/// Whether the request names a non-blank identity in `field`, in the query
+/// string or in a body buffered by
+/// [`key_reads_body`](super::RateLimitMiddleware::key_reads_body).
+///
+/// Use it in [`only_when`](super::RateLimitMiddleware::only_when) so that
+/// requests naming nobody skip a per-recipient limit instead of falling into
+/// [`identity_key`]'s address fallback and spending its (usually tight)
+/// quota.
+///
+/// ```
+/// use suprnova::Request;
+/// use suprnova::rate_limit::names_identity;
+///
+/// let named = Request::new(http::Request::get("/r?email=a@b.c").body(String::new()).unwrap());
+/// let blank = Request::new(http::Request::get("/r?email=%20").body(String::new()).unwrap());
+/// assert!(names_identity(&named, "email"));
+/// assert!(!names_identity(&blank, "email"));
+/// ```
+pub fn names_identity(req: &Request, field: &str) -> bool {
+    !identities(req, field).is_empty()
+}
+
+fn id_key(namespace: &str, normalised: &str) -> String {
+    format!("{namespace}:id:{}", sha256_hex(normalised))
+}
+
+/// Every distinct, normalised, non-blank value of `field`, from the query
+/// string and the buffered body.
+fn identities(req: &Request, field: &str) -> BTreeSet<String> {
+    let mut values = req.query_params(field);
+    if let Some(body) = req.buffered_body() {
+        values.extend(body_values(body, field, req.header("content-type")));
+    }
+    values
+        .iter()
+        .map(|v| v.trim().to_lowercase())
+        .filter(|v| !v.is_empty())
+        .collect()
+}
+
+/// The values of `field` in a form-encoded or JSON body. The content type
+/// decides when it names one of the two; otherwise a body that is a JSON
+/// object is read as JSON, and anything else as a form.
+fn body_values(body: &[u8], field: &str, content_type: Option<&str>) -> Vec<String> {
+    if body.is_empty() {
+        return Vec::new();
+    }
+    let essence = content_type
+        .and_then(|t| t.split(';').next())
+        .map(|t| t.trim().to_ascii_lowercase());
+    match essence.as_deref() {
+        Some("application/x-www-form-urlencoded") => form_values(body, field),
+        Some(t) if t == "application/json" || t.ends_with("+json") => {
+            json_values(body, field).unwrap_or_default()
+        }
+        _ => json_values(body, field).unwrap_or_else(|| form_values(body, field)),
+    }
+}
+
+fn form_values(body: &[u8], field: &str) -> Vec<String> {
+    form_urlencoded::parse(body)
+        .filter(|(k, _)| k == field)
+        .map(|(_, v)| v.into_owned())
+        .collect()
+}
+
+/// The string values of `field` at the top level of a JSON object, every one
+/// of them when the object repeats the field (a parser that keeps the last
+/// and one that keeps the first must both be covered). `None` when the body
+/// is not a JSON object.
+fn json_values(body: &[u8], field: &str) -> Option<Vec<String>> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let values = FieldValues(field).deserialize(&mut de).ok()?;
+    de.end().ok()?;
+    Some(values)
+}
+
+struct FieldValues<'f>(&'f str);
+
+impl<'de> DeserializeSeed<'de> for FieldValues<'_> {
+    type Value = Vec<String>;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Self::Value, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for FieldValues<'_> {
+    type Value = Vec<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut found = Vec::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == self.0 {
+                // A number or an object is not an identity: only a string is.
+                if let serde_json::Value::String(s) = map.next_value::<serde_json::Value>()? {
+                    found.push(s);
+                }
+            } else {
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(found)
+    }
+}
+
+thread_local! {
+    /// Where [`identity_key`] reports the buckets of an ambiguous request
+    /// while a middleware computes its key on this thread.
+    static NAMED_BUCKETS: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+}
+
+fn report_named_buckets(keys: Vec<String>) {
+    NAMED_BUCKETS.with(|sink| {
+        if let Some(sink) = sink.borrow_mut().as_mut() {
+            sink.extend(keys);
+        }
+    });
+}
+
+/// Runs a key function and returns its key with the extra buckets that
+/// [`identity_key`] named while it ran.
+///
+/// Key functions are synchronous, so a thread-local sink set around the
+/// call sees exactly the calls made by this one.
+pub(crate) fn with_named_buckets<R>(key_fn: impl FnOnce() -> R) -> (R, Vec<String>) {
+    struct Restore(Option<Option<Vec<String>>>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // Runs on unwind too, so a panicking key function leaves no sink
+            // behind on the thread.
+            let previous = self.0.take().flatten();
+            NAMED_BUCKETS.with(|sink| *sink.borrow_mut() = previous);
+        }
+    }
+    let previous = NAMED_BUCKETS.with(|sink| sink.borrow_mut().replace(Vec::new()));
+    let restore = Restore(Some(previous));
+    let key = key_fn();
+    let named = NAMED_BUCKETS
+        .with(|sink| sink.borrow_mut().take())
+        .unwrap_or_default();
+    drop(restore);
+    (key, named)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ct(kind: &str) -> Option<&str> {
+        Some(kind)
+    }
+
+    #[test]
+    fn form_and_json_bodies_are_read() {
+        assert_eq!(
+            body_values(
+                b"a=1&email=x%40y.z",
+                "email",
+                ct("application/x-www-form-urlencoded")
+            ),
+            vec!["x@y.z"]
+        );
+        assert_eq!(
+            body_values(
+                br#"{"email":"x@y.z","n":{"email":"inner"}}"#,
+                "email",
+                ct("application/json")
+            ),
+            vec!["x@y.z"]
+        );
+        assert_eq!(
+            body_values(br#"{"email":"x@y.z"}"#, "email", None),
+            vec!["x@y.z"],
+            "an untyped JSON object is read as JSON"
+        );
+        assert_eq!(body_values(b"email=q", "email", None), vec!["q"]);
+    }
+
+    #[test]
+    fn json_reads_every_repeat_and_only_strings() {
+        assert_eq!(
+            body_values(
+                br#"{"email":"a","email":"b"}"#,
+                "email",
+                ct("application/json")
+            ),
+            vec!["a", "b"]
+        );
+        assert!(body_values(br#"{"email":5}"#, "email", ct("application/json")).is_empty());
+        assert!(body_values(b"[1,2]", "email", ct("application/json")).is_empty());
+        assert!(body_values(b"{broken", "email", ct("application/json")).is_empty());
+    }
+
+    #[test]
+    fn the_sink_collects_only_inside_the_middleware() {
+        let req = Request::new(
+            http::Request::get("/r?email=a@x&email=b@x")
+                .body(String::new())
+                .unwrap(),
+        );
+        let (key, mut named) = with_named_buckets(|| identity_key(&req, "email", "ns"));
+        assert_eq!(key, "ns:ambiguous");
+        named.sort();
+        let mut expected = vec![id_key("ns", "a@x"), id_key("ns", "b@x")];
+        expected.sort();
+        assert_eq!(named, expected);
+        // Outside, nothing collects and nothing leaks into the next run.
+        assert_eq!(identity_key(&req, "email", "ns"), "ns:ambiguous");
+        let (_, named) = with_named_buckets(|| "plain".to_owned());
+        assert!(named.is_empty());
+    }
+}

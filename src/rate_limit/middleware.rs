@@ -1,0 +1,392 @@
+//! `RateLimitMiddleware`: the HTTP side of the sliding-window driver.
+
+use std::fmt;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use futures_util::future::join_all;
+
+use super::identity::with_named_buckets;
+use super::{
+    BackendErrorPolicy, ConnectionsPerIp, RateLimitError, RateLimiterDriver, SlidingWindowConfig,
+};
+use crate::container::App;
+use crate::decision::{Decision, REMAINING_HEADER, RETRY_AFTER_HEADER};
+use crate::http::HttpResponse;
+use crate::middleware::{Middleware, Next};
+use crate::{Request, Response};
+
+/// The body of a request refused for being over quota.
+pub const TOO_MANY_REQUESTS_BODY: &str = "429 Too Many Requests";
+
+type KeyFn = dyn Fn(&Request) -> String + Send + Sync;
+type Predicate = dyn Fn(&Request) -> bool + Send + Sync;
+
+/// Where the middleware gets its driver.
+#[derive(Clone)]
+pub(super) enum LimiterSource {
+    /// The driver given to [`RateLimitMiddleware::new`].
+    Given(Arc<dyn RateLimiterDriver>),
+    /// The driver installed in [`App::current`] when a request arrives.
+    Installed,
+}
+
+/// Limits requests with a [`RateLimiterDriver`]: at most
+/// `cfg.max_requests` in any span of `cfg.window` for each key the key
+/// function returns.
+///
+/// Every request makes one call to [`RateLimiterDriver::acquire`] (one round
+/// trip on Redis), and every header comes from that one [`Decision`]:
+///
+/// - Over quota: `429` with the body `429 Too Many Requests`, `Retry-After`
+///   in whole seconds (rounded up, at least 1), `X-RateLimit-Limit` and
+///   `X-RateLimit-Remaining: 0`. The handler does not run. This holds
+///   whatever the backend-error policy.
+/// - Admitted: the handler's response, `Ok` or `Err`, with
+///   `X-RateLimit-Limit` and `X-RateLimit-Remaining`. When a response already
+///   carries an `X-RateLimit-Remaining` at or below this limit's (an inner
+///   limit with fewer retries left), it is left alone, so behind several
+///   limits the pair is the one with the fewest retries left.
+/// - The backend failed (Redis unreachable or too slow, no driver installed):
+///   the [`BackendErrorPolicy`] decides. [`FailOpen`](BackendErrorPolicy::FailOpen)
+///   (the default) runs the handler and logs at `warn`;
+///   [`FailClosed`](BackendErrorPolicy::FailClosed) answers `503` with
+///   `Retry-After: 1` and logs at `error`.
+/// - The limit is invalid ([`RateLimitError::Config`], a zero window): that
+///   is a bug in the code that built the middleware, not an outage, so no
+///   policy applies: the answer is `500` and an `error` log line.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use suprnova::container::App;
+/// use suprnova::rate_limit::{
+///     BackendErrorPolicy, RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig,
+/// };
+///
+/// # fn build() -> RateLimitMiddleware {
+/// let limiter: Arc<dyn RateLimiterDriver> =
+///     App::resolve_make::<dyn RateLimiterDriver>().unwrap();
+///
+/// let mw = RateLimitMiddleware::new(
+///     limiter,
+///     SlidingWindowConfig {
+///         max_requests: 100,
+///         window: Duration::from_secs(60),
+///     },
+///     |req| format!("route:{}", req.path()),
+/// )
+/// .on_backend_error(BackendErrorPolicy::FailClosed);
+/// # mw
+/// # }
+/// ```
+///
+/// # Keys
+///
+/// The key function picks the bucket. Key on [`Request::ip`] (which only a
+/// trusted proxy can change), never on a raw `X-Forwarded-For` header: a
+/// caller that writes its own header would pick a fresh bucket for every
+/// request. [`RateLimitMiddleware::ip_based`] builds the per-address key for
+/// you, and [`identity_key`](super::identity_key) keys on the account a
+/// request acts on.
+///
+/// # Per recipient, stacked on per address
+///
+/// A per-address limit cannot see many hosts flooding one mailbox; a
+/// per-recipient one cannot see one host walking through many mailboxes.
+/// Stack the two:
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use suprnova::rate_limit::{
+///     identity_key, names_identity, BackendErrorPolicy, RateLimitMiddleware, RateLimiterDriver,
+///     SlidingWindowConfig,
+/// };
+/// use suprnova::{HttpResponse, Router};
+///
+/// fn password_reset(limiter: Arc<dyn RateLimiterDriver>) -> Router {
+///     let per_recipient = RateLimitMiddleware::new(
+///         limiter.clone(),
+///         SlidingWindowConfig { max_requests: 3, window: Duration::from_secs(900) },
+///         |req| identity_key(req, "email", "auth-issuance"),
+///     )
+///     .key_reads_body(4096)
+///     .only_when(|req| names_identity(req, "email"))
+///     .on_backend_error(BackendErrorPolicy::FailClosed);
+///
+///     Router::new()
+///         .post("/password/reset", |_req| async { HttpResponse::text("sent") })
+///         .middleware(RateLimitMiddleware::ip_based(20, Duration::from_secs(60)))
+///         .middleware(per_recipient)
+/// }
+/// ```
+#[derive(Clone)]
+pub struct RateLimitMiddleware {
+    pub(super) limiter: LimiterSource,
+    pub(super) config: SlidingWindowConfig,
+    pub(super) key_fn: Arc<KeyFn>,
+    policy: BackendErrorPolicy,
+    only_when: Option<Arc<Predicate>>,
+    body_cap: Option<usize>,
+}
+
+impl RateLimitMiddleware {
+    /// Limits each key that `key_fn` returns to `cfg` on `limiter`.
+    pub fn new(
+        limiter: Arc<dyn RateLimiterDriver>,
+        cfg: SlidingWindowConfig,
+        key_fn: impl Fn(&Request) -> String + Send + Sync + 'static,
+    ) -> Self {
+        Self::with_source(LimiterSource::Given(limiter), cfg, key_fn)
+    }
+
+    pub(super) fn with_source(
+        limiter: LimiterSource,
+        config: SlidingWindowConfig,
+        key_fn: impl Fn(&Request) -> String + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            limiter,
+            config,
+            key_fn: Arc::new(key_fn),
+            policy: BackendErrorPolicy::default(),
+            only_when: None,
+            body_cap: None,
+        }
+    }
+
+    /// What a request gets when the backend cannot decide; see
+    /// [`BackendErrorPolicy`]. The default is
+    /// [`FailOpen`](BackendErrorPolicy::FailOpen).
+    pub fn on_backend_error(mut self, policy: BackendErrorPolicy) -> Self {
+        self.policy = policy;
+        self
+    }
+
+    /// Limits only the requests for which `predicate` is true. The others
+    /// skip the limiter entirely: nothing is counted and no header is added.
+    ///
+    /// It runs after [`key_reads_body`](Self::key_reads_body) has buffered
+    /// the body, so it can look into the body too.
+    pub fn only_when(
+        mut self,
+        predicate: impl Fn(&Request) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.only_when = Some(Arc::new(predicate));
+        self
+    }
+
+    /// Buffers the body, up to `max_bytes`, before the key is computed, so
+    /// the key function (and [`only_when`](Self::only_when)) can read a
+    /// form-encoded or JSON body through [`Request::buffered_body`].
+    ///
+    /// A body over the cap, by its `Content-Length` or by what arrives, gets
+    /// `413` and the handler does not run: passing it through unkeyed would
+    /// make padding the body a way out of the limit. The handler still
+    /// receives the exact bytes. Buffering is work any caller can make the
+    /// server do, which is why it is opt-in and capped.
+    pub fn key_reads_body(mut self, max_bytes: usize) -> Self {
+        self.body_cap = Some(max_bytes);
+        self
+    }
+
+    /// A cap of `max` open connections for each client address; see
+    /// [`ConnectionsPerIp`].
+    ///
+    /// ```
+    /// use suprnova::rate_limit::RateLimitMiddleware;
+    /// use suprnova::ws;
+    /// # use suprnova::{async_trait, ws::{WebSocket, WebSocketHandler}};
+    /// # struct Broadcast;
+    /// # #[async_trait]
+    /// # impl WebSocketHandler for Broadcast {
+    /// #     async fn on_socket(&self, _socket: WebSocket) {}
+    /// # }
+    ///
+    /// ws!("/ws/broadcast", Broadcast).middleware(RateLimitMiddleware::connections_per_ip(100));
+    /// ```
+    pub fn connections_per_ip(max: u32) -> ConnectionsPerIp {
+        ConnectionsPerIp::new(max)
+    }
+
+    /// The limit each key gets.
+    pub fn config(&self) -> &SlidingWindowConfig {
+        &self.config
+    }
+
+    /// The backend-error policy.
+    pub fn backend_error_policy(&self) -> BackendErrorPolicy {
+        self.policy
+    }
+
+    /// Every bucket the request is counted in: the key function's key, and
+    /// the buckets of each identity an ambiguous request names.
+    fn keys_for(&self, request: &Request) -> Vec<String> {
+        let (key, named) = with_named_buckets(|| (self.key_fn)(request));
+        let mut keys = vec![key];
+        for extra in named {
+            if !keys.contains(&extra) {
+                keys.push(extra);
+            }
+        }
+        keys
+    }
+
+    /// One decision for `keys`: each bucket is asked (and counts the request
+    /// if it admits it); the request passes only if all admit.
+    async fn decide(&self, keys: &[String]) -> Result<Decision, RateLimitError> {
+        let limiter = match &self.limiter {
+            LimiterSource::Given(limiter) => limiter.clone(),
+            LimiterSource::Installed => {
+                App::resolve::<dyn RateLimiterDriver>().ok_or(RateLimitError::NotInstalled)?
+            }
+        };
+        let config = &self.config;
+        let outcomes = join_all(keys.iter().map(|key| limiter.acquire(key, config))).await;
+        let mut decisions = Vec::with_capacity(outcomes.len());
+        let mut backend_error = None;
+        for outcome in outcomes {
+            match outcome {
+                Ok(decision) => decisions.push(decision),
+                Err(error @ RateLimitError::Config(_)) => return Err(error),
+                Err(error) => backend_error = backend_error.or(Some(error)),
+            }
+        }
+        if let Some(error) = backend_error {
+            return Err(error);
+        }
+        Ok(combine(decisions))
+    }
+
+    fn backend_failed(&self, error: &RateLimitError, request: &Request) -> Option<HttpResponse> {
+        let path = request.path();
+        if !error.is_backend() {
+            tracing::error!(%error, path, "invalid rate limit; answering 500");
+            return Some(HttpResponse::text("500 Internal Server Error").status(500));
+        }
+        match self.policy {
+            BackendErrorPolicy::FailOpen => {
+                tracing::warn!(%error, path, "rate limiter failed; letting the request through (FailOpen)");
+                None
+            }
+            BackendErrorPolicy::FailClosed => {
+                tracing::error!(%error, path, "rate limiter failed; answering 503 (FailClosed)");
+                Some(
+                    HttpResponse::text("503 Service Unavailable")
+                        .status(503)
+                        .header(RETRY_AFTER_HEADER, "1"),
+                )
+            }
+        }
+    }
+}
+
+/// The one decision of several buckets: a refusal if any refuses (the one
+/// that reopens last, since the request needs them all), else the admission
+/// with the fewest places left.
+fn combine(decisions: Vec<Decision>) -> Decision {
+    let refused = decisions
+        .iter()
+        .filter(|d| !d.allowed)
+        .max_by_key(|d| d.retry_after);
+    if let Some(refused) = refused {
+        return *refused;
+    }
+    decisions
+        .into_iter()
+        .min_by_key(|d| d.remaining)
+        .unwrap_or_else(|| Decision::allowed(0, 0))
+}
+
+/// Writes the limit's pair on a passed response, unless the response
+/// already carries a pair with no more retries left (an inner limit's).
+fn with_headers(mut response: HttpResponse, decision: &Decision) -> HttpResponse {
+    let inner_remaining = response
+        .header_str(REMAINING_HEADER)
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if inner_remaining.is_none_or(|inner| inner > decision.remaining) {
+        decision.apply_headers(&mut response);
+    }
+    response
+}
+
+#[async_trait]
+impl Middleware for RateLimitMiddleware {
+    async fn handle(&self, mut request: Request, next: Next) -> Response {
+        if let Some(cap) = self.body_cap
+            && let Err(error) = request.body_bytes(cap).await
+        {
+            return Err(error.to_response());
+        }
+        if let Some(only_when) = &self.only_when
+            && !only_when(&request)
+        {
+            return next(request).await;
+        }
+        let keys = self.keys_for(&request);
+        match self.decide(&keys).await {
+            Ok(decision) if !decision.allowed => {
+                Err(decision.too_many_requests(TOO_MANY_REQUESTS_BODY))
+            }
+            Ok(decision) => match next(request).await {
+                Ok(response) => Ok(with_headers(response, &decision)),
+                Err(response) => Err(with_headers(response, &decision)),
+            },
+            Err(error) => match self.backend_failed(&error, &request) {
+                Some(refusal) => Err(refusal),
+                None => next(request).await,
+            },
+        }
+    }
+}
+
+impl fmt::Debug for RateLimitMiddleware {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limiter = match &self.limiter {
+            LimiterSource::Given(limiter) => limiter.name(),
+            LimiterSource::Installed => "installed",
+        };
+        f.debug_struct("RateLimitMiddleware")
+            .field("limiter", &limiter)
+            .field("config", &self.config)
+            .field("policy", &self.policy)
+            .field("only_when", &self.only_when.is_some())
+            .field("key_reads_body", &self.body_cap)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn several_buckets_refuse_with_the_latest_reopening() {
+        let d = combine(vec![
+            Decision::allowed(3, 2),
+            Decision::refused(3, Duration::from_secs(5)),
+            Decision::refused(3, Duration::from_secs(9)),
+        ]);
+        assert!(!d.allowed);
+        assert_eq!(d.retry_after_secs(), Some(9));
+        let d = combine(vec![Decision::allowed(3, 2), Decision::allowed(3, 0)]);
+        assert!(d.allowed);
+        assert_eq!(d.remaining, 0);
+    }
+
+    #[test]
+    fn an_inner_pair_with_fewer_retries_is_kept() {
+        let inner = HttpResponse::text("ok")
+            .header("X-RateLimit-Limit", "3")
+            .header("X-RateLimit-Remaining", "1");
+        let r = with_headers(inner.clone(), &Decision::allowed(20, 10));
+        assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+        assert_eq!(r.header_str("x-ratelimit-remaining"), Some("1"));
+        let r = with_headers(inner, &Decision::allowed(20, 0));
+        assert_eq!(r.header_str("x-ratelimit-limit"), Some("20"));
+        assert_eq!(r.header_str("x-ratelimit-remaining"), Some("0"));
+    }
+}

@@ -1,0 +1,128 @@
+//! The server side of the WebSocket opening handshake (RFC 6455, section 4.2).
+
+use http::Method;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+
+use crate::{HttpResponse, Request};
+
+/// The one version of the protocol there is.
+const VERSION: &str = "13";
+
+/// Checks that `request` opens a WebSocket, and returns the
+/// `Sec-WebSocket-Accept` value for it, or the answer it gets instead.
+pub(super) fn accept_key(request: &Request) -> Result<String, HttpResponse> {
+    if request.method() != Method::GET {
+        return Err(HttpResponse::text(
+            "405 Method Not Allowed: a WebSocket handshake is a GET request",
+        )
+        .status(405)
+        .header("Allow", "GET"));
+    }
+    if !has_token(request, "upgrade", "websocket") {
+        return Err(upgrade_required(
+            "426 Upgrade Required: this route speaks WebSocket only; open it with a WebSocket handshake (Upgrade: websocket)",
+        ));
+    }
+    if !has_token(request, "connection", "upgrade") {
+        return Err(bad_request(
+            "400 Bad Request: a WebSocket handshake needs the header Connection: Upgrade",
+        ));
+    }
+    if request.header("sec-websocket-version").map(str::trim) != Some(VERSION) {
+        return Err(upgrade_required(
+            "426 Upgrade Required: only WebSocket version 13 is supported (Sec-WebSocket-Version: 13)",
+        ));
+    }
+    match request.header("sec-websocket-key").map(str::trim) {
+        Some(key) if is_nonce(key) => Ok(derive_accept_key(key.as_bytes())),
+        _ => Err(bad_request(
+            "400 Bad Request: Sec-WebSocket-Key must be 16 random bytes in base64",
+        )),
+    }
+}
+
+/// Whether a comma-separated header lists `token`, in any case.
+fn has_token(request: &Request, header: &str, token: &str) -> bool {
+    request.headers().get_all(header).iter().any(|value| {
+        value.to_str().is_ok_and(|v| {
+            v.split(',')
+                .any(|item| item.trim().eq_ignore_ascii_case(token))
+        })
+    })
+}
+
+/// 16 bytes in base64 are 22 symbols and `==`.
+fn is_nonce(key: &str) -> bool {
+    key.len() == 24
+        && key.ends_with("==")
+        && key[..22]
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'+' || b == b'/')
+}
+
+fn upgrade_required(body: &str) -> HttpResponse {
+    HttpResponse::text(body)
+        .status(426)
+        .header("Upgrade", "websocket")
+        .header("Connection", "Upgrade")
+        .header("Sec-WebSocket-Version", VERSION)
+}
+
+fn bad_request(body: &str) -> HttpResponse {
+    HttpResponse::text(body).status(400)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn handshake(set: &[(&'static str, &'static str)]) -> Request {
+        let mut request = Request::new(
+            http::Request::get("/ws")
+                .header("Upgrade", "websocket")
+                .header("Connection", "keep-alive, Upgrade")
+                .header("Sec-WebSocket-Version", "13")
+                .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+                .body(String::new())
+                .unwrap(),
+        );
+        for (name, value) in set {
+            request
+                .headers_mut()
+                .insert(*name, http::HeaderValue::from_static(value));
+        }
+        request
+    }
+
+    #[test]
+    fn the_rfc_example_is_accepted() {
+        // RFC 6455, section 1.3.
+        assert_eq!(
+            accept_key(&handshake(&[])).unwrap(),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[test]
+    fn each_missing_part_is_named() {
+        let plain = Request::new(http::Request::get("/ws").body(String::new()).unwrap());
+        let r = accept_key(&plain).unwrap_err();
+        assert_eq!(r.status_code(), 426);
+        assert_eq!(r.header_str("upgrade"), Some("websocket"));
+
+        let r = accept_key(&handshake(&[("sec-websocket-version", "8")])).unwrap_err();
+        assert_eq!(r.status_code(), 426);
+        assert_eq!(r.header_str("sec-websocket-version"), Some("13"));
+
+        let no_key = handshake(&[("sec-websocket-key", "short")]);
+        let r = accept_key(&no_key).unwrap_err();
+        assert_eq!(r.status_code(), 400);
+        assert!(r.body_text().contains("Sec-WebSocket-Key"));
+
+        let mut no_connection = handshake(&[]);
+        no_connection.headers_mut().remove("connection");
+        let r = accept_key(&no_connection).unwrap_err();
+        assert_eq!(r.status_code(), 400);
+        assert!(r.body_text().contains("Connection: Upgrade"));
+    }
+}

@@ -1,0 +1,63 @@
+//! WebSocket routes.
+//!
+//! `ws!("/path", Handler)` is a [`Router`](crate::Router) with one `GET`
+//! route that upgrades the connection and runs `Handler` on the socket.
+//! Middleware goes on it as on any router, and it merges into the
+//! application's router:
+//!
+//! ```
+//! use suprnova::rate_limit::RateLimitMiddleware;
+//! use suprnova::ws::{Message, WebSocket, WebSocketHandler};
+//! use suprnova::{async_trait, ws, HttpResponse, Router};
+//!
+//! /// Sends every text message back.
+//! struct Echo;
+//!
+//! #[async_trait]
+//! impl WebSocketHandler for Echo {
+//!     async fn on_socket(&self, mut socket: WebSocket) {
+//!         while let Some(Ok(message)) = socket.recv().await {
+//!             if let Message::Text(text) = message {
+//!                 if socket.send(Message::Text(text)).await.is_err() {
+//!                     break;
+//!                 }
+//!             }
+//!         }
+//!     }
+//! }
+//!
+//! let router = Router::new()
+//!     .get("/", |_req| async { HttpResponse::text("home") })
+//!     .merge(ws!("/ws/echo", Echo).middleware(RateLimitMiddleware::connections_per_ip(10)));
+//! assert!(router.validate().is_ok());
+//! ```
+//!
+//! # The session
+//!
+//! The route checks the handshake (`GET`, `Upgrade: websocket`,
+//! `Connection: Upgrade`, `Sec-WebSocket-Version: 13`, a valid
+//! `Sec-WebSocket-Key`) and answers `101 Switching Protocols`; a request that
+//! is not a WebSocket handshake gets `426` or `400` with a body that says
+//! what is missing. The socket then runs in a task of its own. Whatever the
+//! request held for its connection ([`Request::hold_for_connection`], such as
+//! a [`ConnectionsPerIp`](crate::rate_limit::ConnectionsPerIp) place) moves
+//! into that task and is released when the session ends: when the handler
+//! has returned, the [`WebSocket`] is dropped, and the close handshake is
+//! done (or [`CLOSE_TIMEOUT`] has passed). A middleware that refuses the
+//! upgrade drops the request, and its holds, at once.
+//!
+//! Upgrades need a connection: serve the router with
+//! [`server`](crate::server). An in-process request
+//! ([`handle_request`](crate::server::handle_request)) cannot be upgraded
+//! and gets `500`.
+//!
+//! [`Request::hold_for_connection`]: crate::Request::hold_for_connection
+
+mod handler;
+mod handshake;
+mod route;
+mod socket;
+
+pub use handler::WebSocketHandler;
+pub use route::{CLOSE_TIMEOUT, route};
+pub use socket::{Message, WebSocket, WebSocketError};

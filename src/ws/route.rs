@@ -1,0 +1,140 @@
+//! The WebSocket route: answer the handshake, then run the session in a
+//! task of its own.
+
+use std::any::Any;
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::{FutureExt, StreamExt};
+use hyper::upgrade::OnUpgrade;
+use hyper_util::rt::TokioIo;
+use tokio::sync::oneshot;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::Role;
+
+use super::handshake::accept_key;
+use super::socket::Stream;
+use super::{WebSocket, WebSocketHandler};
+use crate::container::App;
+use crate::{HttpResponse, Request, Router};
+
+/// How long the session waits for the peer to answer its close frame after
+/// the handler is done, before it drops the connection anyway.
+pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A [`Router`] with one `GET` route at `path` that upgrades to a WebSocket
+/// and runs `handler` on it; the function behind [`ws!`](crate::ws!).
+pub fn route<H: WebSocketHandler>(path: &str, handler: H) -> Router {
+    let handler = Arc::new(handler);
+    Router::new().get(path, move |request: Request| {
+        upgrade(handler.clone(), request)
+    })
+}
+
+/// `ws!("/path", Handler)`: a [`Router`] with one WebSocket route.
+///
+/// Add middleware with `.middleware(...)` and mount it with
+/// [`Router::merge`]; see [`ws`](mod@crate::ws).
+///
+/// ```
+/// use suprnova::rate_limit::RateLimitMiddleware;
+/// use suprnova::ws;
+/// use suprnova::ws::{WebSocket, WebSocketHandler};
+/// use suprnova::async_trait;
+///
+/// struct Broadcast;
+///
+/// #[async_trait]
+/// impl WebSocketHandler for Broadcast {
+///     async fn on_socket(&self, mut socket: WebSocket) {
+///         let _ = socket.send("welcome").await;
+///     }
+/// }
+///
+/// let router = ws!("/ws/broadcast", Broadcast).middleware(RateLimitMiddleware::connections_per_ip(100));
+/// assert_eq!(router.routes()[0].path, "/ws/broadcast");
+/// ```
+#[macro_export]
+macro_rules! ws {
+    ($path:expr, $handler:expr $(,)?) => {
+        $crate::ws::route($path, $handler)
+    };
+}
+
+async fn upgrade<H: WebSocketHandler>(handler: Arc<H>, mut request: Request) -> HttpResponse {
+    let accept = match accept_key(&request) {
+        Ok(accept) => accept,
+        Err(refusal) => return refusal,
+    };
+    let Some(on_upgrade) = request.extensions_mut().remove::<OnUpgrade>() else {
+        tracing::error!(
+            path = request.path(),
+            "a WebSocket handshake arrived without a connection to upgrade; serve the router with suprnova::server"
+        );
+        return HttpResponse::text("500 Internal Server Error").status(500);
+    };
+    let holds = request.take_connection_holds();
+    let client_ip = request.ip_addr();
+    let path = request.path().to_owned();
+    // The request (its body, its headers) is not needed by the session; only
+    // its holds are, and they moved out above.
+    drop(request);
+    let app = App::current();
+    tokio::spawn(app.scope(run_session(handler, on_upgrade, holds, client_ip, path)));
+    HttpResponse::new()
+        .status(101)
+        .header("Upgrade", "websocket")
+        .header("Connection", "Upgrade")
+        .header("Sec-WebSocket-Accept", accept)
+}
+
+/// One socket's session. `holds` live exactly as long as it does.
+async fn run_session<H: WebSocketHandler>(
+    handler: Arc<H>,
+    on_upgrade: OnUpgrade,
+    holds: Vec<Box<dyn Any + Send + Sync>>,
+    client_ip: Option<std::net::IpAddr>,
+    path: String,
+) {
+    let upgraded = match on_upgrade.await {
+        Ok(upgraded) => upgraded,
+        Err(error) => {
+            // The 101 never reached the client (a later middleware replaced
+            // it, or the client left): there is no session, and the holds go.
+            tracing::debug!(%error, path, "WebSocket upgrade did not happen");
+            return;
+        }
+    };
+    let stream = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+    let (give_back, given_back) = oneshot::channel();
+    let socket = WebSocket::new(stream, give_back, client_ip, path.clone());
+    if AssertUnwindSafe(handler.on_socket(socket))
+        .catch_unwind()
+        .await
+        .is_err()
+    {
+        tracing::error!(path, "a WebSocket handler panicked; closing its socket");
+    }
+    // The socket comes back when it is dropped, which may be later than the
+    // handler's return if the handler moved it into a task of its own.
+    if let Ok(stream) = given_back.await {
+        finish_close(stream).await;
+    }
+    drop(holds);
+}
+
+/// Completes the close handshake: sends our close frame (or flushes the
+/// answer to the peer's), then reads until the peer's close arrives or the
+/// connection ends, for at most [`CLOSE_TIMEOUT`].
+async fn finish_close(mut stream: Stream) {
+    let closing = async {
+        // After the peer's close this fails (tungstenite sends nothing after
+        // a close frame), and the read below flushes the queued answer.
+        let _ = stream.close(None).await;
+        while let Some(Ok(_)) = stream.next().await {}
+    };
+    if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {
+        tracing::debug!("the peer did not complete the WebSocket close handshake in time");
+    }
+}

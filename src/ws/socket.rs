@@ -1,0 +1,109 @@
+//! `WebSocket`: one upgraded connection, as a handler sees it.
+
+use std::fmt;
+use std::net::IpAddr;
+
+use futures_util::{SinkExt, StreamExt};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use tokio::sync::oneshot;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Error as TungsteniteError;
+
+/// A WebSocket message: text, binary, ping, pong or close.
+pub use tokio_tungstenite::tungstenite::Message;
+
+/// A read or a write on a socket failed (the peer vanished, or broke the
+/// protocol).
+pub use tokio_tungstenite::tungstenite::Error as WebSocketError;
+
+/// The framed stream over an upgraded hyper connection.
+pub(super) type Stream = WebSocketStream<TokioIo<Upgraded>>;
+
+/// An open WebSocket, owned by a [`WebSocketHandler`](super::WebSocketHandler).
+///
+/// Pings are answered for you. When the socket is dropped, the session
+/// completes the close handshake for it, so a handler may simply return.
+pub struct WebSocket {
+    stream: Option<Stream>,
+    // Hands the stream back to the session when the socket drops, so the
+    // close handshake can be completed after the handler is done with it.
+    give_back: Option<oneshot::Sender<Stream>>,
+    client_ip: Option<IpAddr>,
+    path: String,
+}
+
+impl WebSocket {
+    pub(super) fn new(
+        stream: Stream,
+        give_back: oneshot::Sender<Stream>,
+        client_ip: Option<IpAddr>,
+        path: String,
+    ) -> Self {
+        Self {
+            stream: Some(stream),
+            give_back: Some(give_back),
+            client_ip,
+            path,
+        }
+    }
+
+    /// The next message from the peer; `None` once the peer has closed the
+    /// socket (its close frame is answered for you) or the connection is
+    /// gone. Ping and pong frames are returned too.
+    pub async fn recv(&mut self) -> Option<Result<Message, WebSocketError>> {
+        let stream = self.stream.as_mut()?;
+        match stream.next().await? {
+            Ok(Message::Close(_)) => None,
+            Err(TungsteniteError::ConnectionClosed | TungsteniteError::AlreadyClosed) => None,
+            other => Some(other),
+        }
+    }
+
+    /// Sends `message`.
+    pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), WebSocketError> {
+        match self.stream.as_mut() {
+            Some(stream) => stream.send(message.into()).await,
+            None => Err(WebSocketError::AlreadyClosed),
+        }
+    }
+
+    /// Starts the close handshake: sends a close frame. Reading on after it
+    /// returns the peer's last messages, then `None`.
+    pub async fn close(&mut self) -> Result<(), WebSocketError> {
+        match self.stream.as_mut() {
+            Some(stream) => stream.close(None).await,
+            None => Err(WebSocketError::AlreadyClosed),
+        }
+    }
+
+    /// The client address of the upgrade request
+    /// ([`Request::ip_addr`](crate::Request::ip_addr)).
+    pub fn client_ip(&self) -> Option<IpAddr> {
+        self.client_ip
+    }
+
+    /// The path the socket was opened on.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+}
+
+impl Drop for WebSocket {
+    fn drop(&mut self) {
+        if let (Some(stream), Some(give_back)) = (self.stream.take(), self.give_back.take()) {
+            // The session may be gone already (its task was cancelled); the
+            // stream then just closes with it.
+            let _ = give_back.send(stream);
+        }
+    }
+}
+
+impl fmt::Debug for WebSocket {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WebSocket")
+            .field("client_ip", &self.client_ip)
+            .field("path", &self.path)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,462 @@
+//! Per-recipient limits: `identity_key` and `names_identity`, and a
+//! password-reset route that stacks a per-recipient limit on a per-address
+//! one.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use suprnova::clock::FakeClock;
+use suprnova::keys::sha256_hex;
+use suprnova::rate_limit::memory::InMemoryRateLimiter;
+use suprnova::rate_limit::{
+    BackendErrorPolicy, RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig, identity_key,
+    names_identity,
+};
+use suprnova::server::handle_request_with_peer;
+use suprnova::{HttpResponse, Request, Router};
+
+use support::clock_at;
+use support::http::TestServer;
+
+const FORM: &str = "application/x-www-form-urlencoded";
+const JSON: &str = "application/json";
+
+fn id(value: &str) -> String {
+    format!("auth-issuance:id:{}", sha256_hex(value))
+}
+
+/// A request as the middleware sees it after `key_reads_body`.
+async fn buffered(uri: &str, content_type: Option<&str>, body: &'static str) -> Request {
+    let mut builder = http::Request::post(uri);
+    if let Some(t) = content_type {
+        builder = builder.header("content-type", t);
+    }
+    let mut req = Request::new(
+        builder
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap(),
+    )
+    .with_peer("203.0.113.50:4000".parse().unwrap());
+    req.body_bytes(4096).await.unwrap();
+    req
+}
+
+fn key(req: &Request) -> String {
+    identity_key(req, "email", "auth-issuance")
+}
+
+#[tokio::test]
+async fn case_and_spacing_variants_share_one_hashed_key() {
+    let variants = [
+        buffered("/reset?email=Alice@Example.com", None, "").await,
+        buffered("/reset?email=%20%20alice@example.COM%09", None, "").await,
+        buffered("/reset", Some(FORM), "email=ALICE%40example.com+").await,
+        buffered("/reset", Some(JSON), r#"{"email":" Alice@Example.com "}"#).await,
+    ];
+    for req in &variants {
+        assert_eq!(key(req), id("alice@example.com"), "{req:?}");
+        assert!(names_identity(req, "email"));
+    }
+    let k = key(&variants[0]);
+    assert!(
+        !k.contains("alice"),
+        "the key must not reveal the address: {k}"
+    );
+    assert!(
+        !k.contains("203.0.113.50"),
+        "the key must not carry the caller: {k}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_naming_nobody_falls_back_to_the_address() {
+    let none = buffered("/reset?other=1", Some(FORM), "name=bob").await;
+    assert!(!names_identity(&none, "email"));
+    assert_eq!(key(&none), "auth-issuance:ip:203.0.113.50");
+    let blank = buffered("/reset?email=", Some(JSON), r#"{"email":"   "}"#).await;
+    assert!(!names_identity(&blank, "email"));
+    assert_eq!(key(&blank), "auth-issuance:ip:203.0.113.50");
+    // A JSON value that is not a string names nobody, and so does a nested one.
+    let nested = buffered(
+        "/reset",
+        Some(JSON),
+        r#"{"email":7,"user":{"email":"x@y.z"}}"#,
+    )
+    .await;
+    assert!(!names_identity(&nested, "email"));
+}
+
+#[tokio::test]
+async fn a_blank_value_does_not_hide_the_other_place() {
+    let req = buffered("/reset?email=%20", Some(FORM), "email=victim%40mail.test").await;
+    assert_eq!(key(&req), id("victim@mail.test"));
+    let req = buffered(
+        "/reset?email=victim@mail.test",
+        Some(JSON),
+        r#"{"email":""}"#,
+    )
+    .await;
+    assert_eq!(key(&req), id("victim@mail.test"));
+}
+
+#[tokio::test]
+async fn two_different_identities_share_the_ambiguity_bucket() {
+    let req = buffered(
+        "/reset?email=decoy@mail.test",
+        Some(FORM),
+        "email=victim%40mail.test",
+    )
+    .await;
+    assert_eq!(key(&req), "auth-issuance:ambiguous");
+    let req = buffered(
+        "/reset",
+        Some(JSON),
+        r#"{"email":"a@x.test","email":"b@x.test"}"#,
+    )
+    .await;
+    assert_eq!(key(&req), "auth-issuance:ambiguous");
+    // The same identity twice, in any spelling, is not ambiguous.
+    let req = buffered("/reset?email=A@x.test", Some(FORM), "email=a%40x.test").await;
+    assert_eq!(key(&req), id("a@x.test"));
+}
+
+#[tokio::test]
+async fn without_key_reads_body_only_the_query_is_read() {
+    let req = Request::new(
+        http::Request::post("/reset")
+            .header("content-type", FORM)
+            .body(Full::new(Bytes::from_static(b"email=a%40x.test")))
+            .unwrap(),
+    );
+    assert!(!names_identity(&req, "email"));
+}
+
+// ---- The password-reset route ----------------------------------------------
+
+struct ResetRoute {
+    router: Arc<Router>,
+    sent: Arc<AtomicUsize>,
+    driver: Arc<InMemoryRateLimiter>,
+    clock: FakeClock,
+}
+
+/// `POST /password/reset`: 20 a minute per address, and 3 in 15 minutes per
+/// mailbox read from the query or the body (4 KiB at most), failing closed.
+fn reset_route() -> ResetRoute {
+    let clock = clock_at(10, 0, 0);
+    let driver = Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
+    let limiter: Arc<dyn RateLimiterDriver> = driver.clone();
+    let per_recipient = RateLimitMiddleware::new(
+        limiter.clone(),
+        SlidingWindowConfig {
+            max_requests: 3,
+            window: Duration::from_secs(900),
+        },
+        |req| identity_key(req, "email", "auth-issuance"),
+    )
+    .key_reads_body(4096)
+    .only_when(|req| names_identity(req, "email"))
+    .on_backend_error(BackendErrorPolicy::FailClosed);
+    let per_ip = RateLimitMiddleware::new(
+        limiter,
+        SlidingWindowConfig::new(20, Duration::from_secs(60)),
+        |req| format!("reset:ip:{}", req.ip().unwrap_or_default()),
+    );
+    let sent = Arc::new(AtomicUsize::new(0));
+    let counter = sent.clone();
+    let router = Router::new()
+        .post("/password/reset", move |mut req: Request| {
+            let counter = counter.clone();
+            async move {
+                let body = req.text().await.unwrap_or_default();
+                counter.fetch_add(1, Ordering::SeqCst);
+                HttpResponse::text(format!("sent {body}"))
+            }
+        })
+        .middleware(per_ip)
+        .middleware(per_recipient);
+    ResetRoute {
+        router: Arc::new(router),
+        sent,
+        driver,
+        clock,
+    }
+}
+
+impl ResetRoute {
+    async fn post(&self, from: &str, uri: &str, content_type: &str, body: &str) -> HttpResponse {
+        let req = http::Request::post(uri)
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap();
+        let peer: SocketAddr = format!("{from}:4000").parse().unwrap();
+        handle_request_with_peer(&self.router, req, peer).await
+    }
+
+    async fn form(&self, from: &str, email: &str) -> u16 {
+        let body = form_urlencoded::Serializer::new(String::new())
+            .append_pair("email", email)
+            .finish();
+        self.post(from, "/password/reset", FORM, &body)
+            .await
+            .status_code()
+    }
+
+    fn sent(&self) -> usize {
+        self.sent.load(Ordering::SeqCst)
+    }
+}
+
+fn address(n: usize) -> String {
+    format!("198.51.{}.{}", n / 200, n % 200 + 1)
+}
+
+#[tokio::test]
+async fn fifty_addresses_naming_one_mailbox_get_three_resets() {
+    let route = reset_route();
+    let mut statuses = Vec::new();
+    for n in 0..50 {
+        statuses.push(route.form(&address(n), "victim@mail.test").await);
+    }
+    assert_eq!(&statuses[..3], &[200, 200, 200]);
+    assert!(statuses[3..].iter().all(|&s| s == 429), "{statuses:?}");
+    assert_eq!(route.sent(), 3);
+
+    let refused = route
+        .post(
+            "198.51.9.9",
+            "/password/reset",
+            FORM,
+            "email=victim%40mail.test",
+        )
+        .await;
+    assert_eq!(refused.body_text(), "429 Too Many Requests");
+    assert_eq!(refused.header_str("retry-after"), Some("900"));
+    assert_eq!(refused.header_str("x-ratelimit-limit"), Some("3"));
+
+    // Another mailbox from one of those addresses is served.
+    assert_eq!(route.form(&address(7), "someone@else.test").await, 200);
+    // Fifteen minutes later the mailbox has its budget back.
+    route.clock.advance(Duration::from_secs(900));
+    assert_eq!(route.form(&address(8), "victim@mail.test").await, 200);
+}
+
+#[tokio::test]
+async fn spelling_variants_spend_one_budget_through_the_real_server() {
+    let route = reset_route();
+    let router = Arc::try_unwrap(route.router).ok().unwrap();
+    let server = TestServer::start(router).await;
+    let send = |from: &'static str, uri: String, content_type: &'static str, body: &'static str| {
+        let server = &server;
+        async move {
+            let req = http::Request::post(server.url(&uri))
+                .header("content-type", content_type)
+                .body(Full::new(Bytes::from_static(body.as_bytes())))
+                .unwrap();
+            server.send_from(from.parse().unwrap(), req).await
+        }
+    };
+    let first = send(
+        "127.0.0.1",
+        "/password/reset".into(),
+        FORM,
+        "email=Alice%40Example.com",
+    )
+    .await;
+    assert_eq!(first.status, 200);
+    // The per-recipient pair has fewer retries left than the per-address one.
+    assert_eq!(first.header("x-ratelimit-limit"), Some("3"));
+    assert_eq!(first.header("x-ratelimit-remaining"), Some("2"));
+    let second = send(
+        "127.0.0.2",
+        "/password/reset?email=%20ALICE@example.com".into(),
+        FORM,
+        "",
+    )
+    .await;
+    assert_eq!(second.status, 200);
+    let json = r#"{"email":"alice@EXAMPLE.com "}"#;
+    let third = send("127.0.0.3", "/password/reset".into(), JSON, json).await;
+    assert_eq!(third.status, 200);
+    assert_eq!(
+        third.body,
+        format!("sent {json}"),
+        "the handler read the exact body"
+    );
+    let fourth = send(
+        "127.0.0.4",
+        "/password/reset".into(),
+        FORM,
+        "email=alice%40example.com",
+    )
+    .await;
+    assert_eq!(fourth.status, 429);
+    assert_eq!(route.sent.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_body_over_the_cap_is_refused_with_413() {
+    let route = reset_route();
+    let padded = format!("email=victim%40mail.test&pad={}", "x".repeat(5000));
+    let r = route
+        .post("198.51.100.1", "/password/reset", FORM, &padded)
+        .await;
+    assert_eq!(r.status_code(), 413);
+    assert_eq!(route.sent(), 0);
+    // Padding is no way around the limit: spend the budget, then pad.
+    for _ in 0..3 {
+        assert_eq!(route.form("198.51.100.1", "victim@mail.test").await, 200);
+    }
+    let r = route
+        .post("198.51.100.2", "/password/reset", FORM, &padded)
+        .await;
+    assert_eq!(r.status_code(), 413);
+    assert_eq!(route.sent(), 3);
+}
+
+#[tokio::test]
+async fn a_blank_query_value_does_not_hide_the_body_from_the_limit() {
+    let route = reset_route();
+    for _ in 0..3 {
+        assert_eq!(route.form("198.51.100.1", "victim@mail.test").await, 200);
+    }
+    let r = route
+        .post(
+            "198.51.100.2",
+            "/password/reset?email=",
+            FORM,
+            "email=victim%40mail.test",
+        )
+        .await;
+    assert_eq!(r.status_code(), 429);
+    assert_eq!(route.sent(), 3);
+}
+
+#[tokio::test]
+async fn ambiguous_requests_share_one_bucket_whatever_they_name() {
+    let route = reset_route();
+    let ambiguous = |n: usize| {
+        let route = &route;
+        async move {
+            let uri = format!("/password/reset?email=decoy{n}@mail.test");
+            let body = format!("email=target{n}%40mail.test");
+            route
+                .post(&address(n), &uri, FORM, &body)
+                .await
+                .status_code()
+        }
+    };
+    assert_eq!(ambiguous(1).await, 200);
+    assert_eq!(ambiguous(2).await, 200);
+    assert_eq!(ambiguous(3).await, 200);
+    // Two fresh identities, but the ambiguity bucket is spent.
+    assert_eq!(ambiguous(4).await, 429);
+    assert_eq!(route.sent(), 3);
+    // The refused request still counted against the identities it named,
+    // whose own buckets admitted it: one of their three places is gone.
+    assert_eq!(route.form(&address(20), "target4@mail.test").await, 200);
+    assert_eq!(route.form(&address(21), "target4@mail.test").await, 200);
+    assert_eq!(route.form(&address(22), "target4@mail.test").await, 429);
+}
+
+#[tokio::test]
+async fn an_ambiguous_request_is_refused_by_a_spent_identity() {
+    let route = reset_route();
+    for n in 0..3 {
+        assert_eq!(route.form(&address(n), "victim@mail.test").await, 200);
+    }
+    // A decoy in the other place buys no fresh quota.
+    let r = route
+        .post(
+            &address(10),
+            "/password/reset?email=decoy@mail.test",
+            FORM,
+            "email=victim%40mail.test",
+        )
+        .await;
+    assert_eq!(r.status_code(), 429);
+    assert_eq!(r.header_str("retry-after"), Some("900"));
+    assert_eq!(route.sent(), 3);
+}
+
+#[tokio::test]
+async fn an_ambiguous_request_is_counted_against_each_identity() {
+    let route = reset_route();
+    let r = route
+        .post(
+            &address(1),
+            "/password/reset?email=one@mail.test",
+            JSON,
+            r#"{"email":"two@mail.test"}"#,
+        )
+        .await;
+    assert_eq!(r.status_code(), 200);
+    // Each named identity has two attempts left, not three.
+    for email in ["one@mail.test", "two@mail.test"] {
+        assert_eq!(route.form(&address(2), email).await, 200);
+        assert_eq!(route.form(&address(3), email).await, 200);
+        assert_eq!(route.form(&address(4), email).await, 429, "{email}");
+    }
+}
+
+#[tokio::test]
+async fn requests_naming_nobody_skip_the_per_recipient_limit() {
+    let route = reset_route();
+    for n in 0..5 {
+        let r = route
+            .post("198.51.100.1", "/password/reset", FORM, "name=bob")
+            .await;
+        assert_eq!(r.status_code(), 200, "request {n}");
+        // Only the per-address pair: the per-recipient limit did not run.
+        assert_eq!(r.header_str("x-ratelimit-limit"), Some("20"));
+    }
+    // Nothing was stored under the identity namespace.
+    let route_keys = route.driver.bucket_count();
+    assert_eq!(route_keys, 1, "only the per-address bucket exists");
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn the_stored_key_holds_the_hash_and_not_the_address() {
+    use support::redis::RedisServer;
+    use suprnova::rate_limit::redis::RedisRateLimiter;
+    use suprnova::redis_client::{RedisConfig, RedisConnection};
+
+    let server = RedisServer::start();
+    let prefix = support::unique_prefix("identity");
+    let conn = RedisConnection::new(RedisConfig::from_url(&server.url()).unwrap()).unwrap();
+    let limiter: Arc<dyn RateLimiterDriver> =
+        Arc::new(RedisRateLimiter::new(conn).with_prefix(&prefix));
+    let router = Router::new()
+        .post("/password/reset", |_req: Request| async {
+            HttpResponse::text("sent")
+        })
+        .middleware(
+            RateLimitMiddleware::new(
+                limiter,
+                SlidingWindowConfig::new(3, Duration::from_secs(2)),
+                |req| identity_key(req, "email", "auth-issuance"),
+            )
+            .key_reads_body(4096)
+            .only_when(|req| names_identity(req, "email")),
+        );
+    let req = http::Request::post("/password/reset")
+        .header("content-type", FORM)
+        .body(Full::new(Bytes::from_static(b"email=Alice%40Example.com")))
+        .unwrap();
+    let r = handle_request_with_peer(&router, req, "203.0.113.61:5000".parse().unwrap()).await;
+    assert_eq!(r.status_code(), 200);
+
+    let keys = server.command(&format!("KEYS {prefix}*"));
+    let expected = format!("{prefix}{}", id("alice@example.com"));
+    assert!(keys.contains(&expected), "{keys}");
+    assert!(!keys.contains("203.0.113.61"), "{keys}");
+    assert!(!keys.to_lowercase().contains("alice"), "{keys}");
+    assert!(keys.starts_with("*1\r\n"), "exactly one key: {keys}");
+}

@@ -1,0 +1,323 @@
+//! WebSocket routes through the real server, with a real WebSocket client:
+//! the handshake, the session, and `connections_per_ip` on a socket.
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures_util::{SinkExt, StreamExt};
+use suprnova::rate_limit::{ConnectionsPerIp, RateLimitMiddleware};
+use suprnova::server::handle_request_with_peer;
+use suprnova::ws::{Message, WebSocket, WebSocketHandler};
+use suprnova::{HttpResponse, Middleware, Next, Request, Response, Router, async_trait, ws};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::Error as WsError;
+
+use support::http::TestServer;
+
+type Client = WebSocketStream<TcpStream>;
+
+/// Sends every text message back, prefixed with the client's address.
+struct Echo;
+
+#[async_trait]
+impl WebSocketHandler for Echo {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        let who = socket
+            .client_ip()
+            .map(|ip| ip.to_string())
+            .unwrap_or_default();
+        while let Some(Ok(message)) = socket.recv().await {
+            if let Message::Text(text) = message {
+                let reply = format!("{who} {}", text.as_str());
+                if socket.send(reply).await.is_err() {
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// Greets and returns at once, leaving the close to the session.
+struct GreetAndLeave;
+
+#[async_trait]
+impl WebSocketHandler for GreetAndLeave {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        let _ = socket.send("bye").await;
+    }
+}
+
+/// Hands the socket to a task of its own and returns at once; the task
+/// writes once the test releases it.
+struct HandOff(Arc<tokio::sync::Semaphore>);
+
+#[async_trait]
+impl WebSocketHandler for HandOff {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        let _ = socket.send("moved").await;
+        let release = self.0.clone();
+        tokio::spawn(async move {
+            let _permit = release.acquire().await;
+            let _ = socket.send("later").await;
+        });
+    }
+}
+
+/// Refuses every request, after the cap has let it pass.
+struct RefuseAll;
+
+#[async_trait]
+impl Middleware for RefuseAll {
+    async fn handle(&self, _request: Request, _next: Next) -> Response {
+        Err(HttpResponse::text("403 Forbidden").status(403))
+    }
+}
+
+/// Opens a WebSocket to `path` from the local address `from`.
+async fn connect(server: SocketAddr, from: &str, path: &str) -> Result<Client, WsError> {
+    let socket = TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
+    let stream = socket.connect(server).await.unwrap();
+    let url = format!("ws://{server}{path}");
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio_tungstenite::client_async(url, stream),
+    )
+    .await
+    .expect("the handshake did not finish in time")
+    .map(|(client, _response)| client)
+}
+
+/// The HTTP answer a refused handshake got: status, body, headers.
+fn refusal(result: Result<Client, WsError>) -> (u16, String, http::HeaderMap) {
+    match result {
+        Err(WsError::Http(response)) => {
+            let status = response.status().as_u16();
+            let headers = response.headers().clone();
+            let body = response
+                .into_body()
+                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                .unwrap_or_default();
+            (status, body, headers)
+        }
+        Err(other) => panic!("expected an HTTP refusal, got {other}"),
+        Ok(_) => panic!("expected an HTTP refusal, the socket opened"),
+    }
+}
+
+async fn next_text(client: &mut Client) -> String {
+    let message = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("no message in time")
+        .expect("the socket ended")
+        .expect("the socket failed");
+    match message {
+        Message::Text(text) => text.as_str().to_owned(),
+        other => panic!("expected text, got {other:?}"),
+    }
+}
+
+/// Closes from the client side and reads until the server's close answer.
+async fn close(mut client: Client) {
+    client.close(None).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(_)) = client.next().await {}
+    })
+    .await
+    .expect("the server did not answer the close in time");
+}
+
+/// Waits (bounded) until the cap counts `want` for `addr`: the session's
+/// task drops its holds just after the close handshake the client saw.
+async fn wait_open(cap: &ConnectionsPerIp, addr: &str, want: usize) {
+    let addr: IpAddr = addr.parse().unwrap();
+    let start = Instant::now();
+    while cap.open_for(addr) != want {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "open_for({addr}) stayed {} instead of {want}",
+            cap.open_for(addr)
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_socket_round_trips_and_mounts_beside_plain_routes() {
+    let router = Router::new()
+        .get("/", |_req: Request| async { HttpResponse::text("home") })
+        .merge(ws!("/ws/echo", Echo));
+    let server = TestServer::start(router).await;
+    assert_eq!(server.get("/").await.body, "home");
+
+    let mut client = connect(server.addr(), "127.0.0.1", "/ws/echo")
+        .await
+        .unwrap();
+    client.send(Message::text("hello")).await.unwrap();
+    assert_eq!(next_text(&mut client).await, "127.0.0.1 hello");
+    client.send(Message::text("again")).await.unwrap();
+    assert_eq!(next_text(&mut client).await, "127.0.0.1 again");
+    close(client).await;
+}
+
+#[tokio::test]
+async fn a_plain_get_on_a_socket_route_is_told_to_upgrade() {
+    let server = TestServer::start(ws!("/ws/echo", Echo)).await;
+    let reply = server.get("/ws/echo").await;
+    assert_eq!(reply.status, 426);
+    assert_eq!(reply.header("upgrade"), Some("websocket"));
+    assert!(
+        reply
+            .body
+            .starts_with("426 Upgrade Required: this route speaks WebSocket only"),
+        "{}",
+        reply.body
+    );
+}
+
+#[tokio::test]
+async fn the_session_completes_the_close_when_the_handler_returns() {
+    let cap = RateLimitMiddleware::connections_per_ip(5);
+    let server = TestServer::start(ws!("/ws/bye", GreetAndLeave).middleware(cap.clone())).await;
+    let mut client = connect(server.addr(), "127.0.0.1", "/ws/bye")
+        .await
+        .unwrap();
+    assert_eq!(next_text(&mut client).await, "bye");
+    let closing = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("no close frame in time");
+    assert!(
+        matches!(closing, Some(Ok(Message::Close(_)))),
+        "expected the server's close frame, got {closing:?}"
+    );
+    // The client's answer to the close goes out on its next read, which then
+    // sees the end of the connection; the session has ended and given the
+    // place back.
+    let end = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("the server did not end the connection in time");
+    assert!(end.is_none(), "expected the end of the socket, got {end:?}");
+    wait_open(&cap, "127.0.0.1", 0).await;
+}
+
+#[tokio::test]
+async fn a_third_socket_is_refused_and_closing_one_frees_its_place() {
+    let cap = RateLimitMiddleware::connections_per_ip(2);
+    let router = ws!("/ws/echo", Echo).middleware(cap.clone());
+    let server = TestServer::start(router).await;
+    let addr = server.addr();
+
+    let mut first = connect(addr, "127.0.0.1", "/ws/echo").await.unwrap();
+    let second = connect(addr, "127.0.0.1", "/ws/echo").await.unwrap();
+    assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 2);
+
+    let (status, body, headers) = refusal(connect(addr, "127.0.0.1", "/ws/echo").await);
+    assert_eq!(status, 429);
+    assert_eq!(body, "429 Too Many Requests");
+    assert!(headers.get("retry-after").is_none());
+    assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 2);
+
+    // Another address has places of its own.
+    let mut elsewhere = connect(addr, "127.0.0.2", "/ws/echo").await.unwrap();
+    elsewhere.send(Message::text("hi")).await.unwrap();
+    assert_eq!(next_text(&mut elsewhere).await, "127.0.0.2 hi");
+
+    // The open sockets still work while the third is refused.
+    first.send(Message::text("still here")).await.unwrap();
+    assert_eq!(next_text(&mut first).await, "127.0.0.1 still here");
+
+    close(second).await;
+    wait_open(&cap, "127.0.0.1", 1).await;
+    let third = connect(addr, "127.0.0.1", "/ws/echo").await.unwrap();
+    assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 2);
+
+    close(first).await;
+    close(third).await;
+    close(elsewhere).await;
+    wait_open(&cap, "127.0.0.1", 0).await;
+    assert_eq!(cap.addresses_open(), 0);
+}
+
+#[tokio::test]
+async fn a_later_middleware_that_refuses_the_upgrade_gives_the_place_back() {
+    let cap = RateLimitMiddleware::connections_per_ip(1);
+    let router = ws!("/ws/echo", Echo)
+        .middleware(cap.clone())
+        .middleware(RefuseAll);
+    let server = TestServer::start(router).await;
+    for _ in 0..3 {
+        let (status, body, _) = refusal(connect(server.addr(), "127.0.0.1", "/ws/echo").await);
+        assert_eq!(status, 403, "the cap of 1 must not fill up: {body}");
+        // Given back before the answer was written, not after some delay.
+        assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_peer_that_vanishes_gives_its_place_back_when_the_handler_notices() {
+    let cap = RateLimitMiddleware::connections_per_ip(1);
+    let server = TestServer::start(ws!("/ws/echo", Echo).middleware(cap.clone())).await;
+    let client = connect(server.addr(), "127.0.0.1", "/ws/echo")
+        .await
+        .unwrap();
+    wait_open(&cap, "127.0.0.1", 1).await;
+    // No close frame: the TCP connection just goes away.
+    drop(client);
+    wait_open(&cap, "127.0.0.1", 0).await;
+}
+
+#[tokio::test]
+async fn an_in_process_handshake_cannot_upgrade_and_keeps_no_place() {
+    let cap = RateLimitMiddleware::connections_per_ip(1);
+    let router = Arc::new(ws!("/ws/echo", Echo).middleware(cap.clone()));
+    let handshake = || {
+        http::Request::get("/ws/echo")
+            .header("Upgrade", "websocket")
+            .header("Connection", "Upgrade")
+            .header("Sec-WebSocket-Version", "13")
+            .header("Sec-WebSocket-Key", "dGhlIHNhbXBsZSBub25jZQ==")
+            .body(String::new())
+            .unwrap()
+    };
+    let peer: SocketAddr = "192.0.2.44:5000".parse().unwrap();
+    for _ in 0..2 {
+        let response = handle_request_with_peer(&router, handshake(), peer).await;
+        assert_eq!(response.status_code(), 500);
+        assert_eq!(cap.open_for(peer.ip()), 0);
+    }
+}
+
+#[tokio::test]
+async fn the_session_lasts_while_a_task_the_handler_spawned_holds_the_socket() {
+    let cap = RateLimitMiddleware::connections_per_ip(3);
+    let release = Arc::new(tokio::sync::Semaphore::new(0));
+    let router = ws!("/ws/handoff", HandOff(release.clone())).middleware(cap.clone());
+    let server = TestServer::start(router).await;
+    let mut client = connect(server.addr(), "127.0.0.1", "/ws/handoff")
+        .await
+        .unwrap();
+    assert_eq!(next_text(&mut client).await, "moved");
+    // The handler has returned (or is about to); give a wrong early release
+    // the chance to show.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 1);
+
+    release.add_permits(1);
+    assert_eq!(next_text(&mut client).await, "later");
+    let closing = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("no close frame in time");
+    assert!(
+        matches!(closing, Some(Ok(Message::Close(_)))),
+        "{closing:?}"
+    );
+    let end = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("the server did not end the connection in time");
+    assert!(end.is_none(), "{end:?}");
+    wait_open(&cap, "127.0.0.1", 0).await;
+}
