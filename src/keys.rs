@@ -1,7 +1,10 @@
 //! Building blocks of bucket keys: the address a client is counted by, and
 //! the hash that keeps people's identifiers out of the store.
 
+use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv6Addr};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sha2::{Digest, Sha256};
 
@@ -64,4 +67,19 @@ pub fn sha256_hex(value: &str) -> String {
         out.push(char::from_digit(u32::from(byte & 0xf), 16).unwrap_or('0'));
     }
     out
+}
+
+/// A token unique to this call: a process-wide counter behind a random
+/// per-process seed, so that replicas sharing one Redis do not hand out the
+/// same tokens. A request with no client address gets a bucket of its own
+/// under such a token: one shared bucket for all of them would let one
+/// caller lock the others out.
+pub(crate) fn unique_token() -> String {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let seed = *SEED.get_or_init(|| {
+        // `RandomState` is seeded from the operating system's randomness.
+        std::collections::hash_map::RandomState::new().hash_one(std::process::id())
+    });
+    format!("{seed:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }

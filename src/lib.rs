@@ -35,6 +35,7 @@ pub mod routing;
 pub mod server;
 mod sharded;
 mod sweep;
+pub mod throttle;
 pub mod ws;
 
 pub use async_trait::async_trait;
@@ -44,6 +45,7 @@ pub use crate::http::{HttpResponse, Request, Response};
 pub use crate::limiter::{GlobalLimit, Limit, LimitResult, RateLimiter, Unlimited};
 pub use crate::middleware::{Middleware, Next};
 pub use crate::routing::Router;
+pub use crate::throttle::ThrottleRequestsMiddleware;
 
 /// The guides under `docs/` and the README, compiled as doc tests so that
 /// every Rust example in them keeps building.

@@ -281,14 +281,25 @@ impl CacheRateLimiter {
             return Ok(IncrementOutcome::decide(0, amount, ceiling));
         }
         if amount <= ceiling {
-            // The timer first, as in `count`.
-            self.store
-                .add(&timer_key(&key), &window.ends_at.to_string(), window.ttl())
-                .await?;
-            return self
-                .store
-                .increment_if_below(&key, window.ttl_seconds, amount, ceiling)
-                .await;
+            // The timer first, as `count` does, so that a counter never
+            // exists without its timer (too_many_attempts would take that
+            // for an expired window and reset it). The two run concurrently,
+            // the timer polled first: one multiplexed Redis connection then
+            // sends both in one round trip, and a single node runs them in
+            // the order sent. On a cluster the two keys may live on
+            // different nodes, so one that lags could let a new window's
+            // counter reach its maximum before any timer of that window is
+            // written; a check in that gap would reset the counter as it
+            // resets one whose window ended.
+            let timer = timer_key(&key);
+            let ends_at = window.ends_at.to_string();
+            let (_, outcome) = futures_util::future::try_join(
+                self.store.add(&timer, &ends_at, window.ttl()),
+                self.store
+                    .increment_if_below(&key, window.ttl_seconds, amount, ceiling),
+            )
+            .await?;
+            return Ok(outcome);
         }
         // An amount above the ceiling counts only on a count below zero,
         // which a decrement left in a window it opened. Count first, so that

@@ -1,11 +1,7 @@
 //! Bucket keys named by the client address.
 
-use std::hash::BuildHasher;
-use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use crate::Request;
-use crate::keys::bucket_address;
+use crate::keys::{bucket_address, unique_token};
 
 /// `<prefix>:<bucket address>` for a request with an address
 /// ([`Request::ip_addr`], through the trusted proxies); for one without, a key
@@ -18,19 +14,6 @@ pub(crate) fn address_key(request: &Request, prefix: &str) -> String {
         Some(ip) => format!("{prefix}:{}", bucket_address(ip)),
         None => format!("{prefix}:no-address:{}", unique_token()),
     }
-}
-
-/// A token unique to this call: a process-wide counter behind a random
-/// per-process seed, so that replicas sharing one Redis do not hand out the
-/// same tokens.
-fn unique_token() -> String {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let seed = *SEED.get_or_init(|| {
-        // `RandomState` is seeded from the operating system's randomness.
-        std::collections::hash_map::RandomState::new().hash_one(std::process::id())
-    });
-    format!("{seed:016x}-{}", NEXT.fetch_add(1, Ordering::Relaxed))
 }
 
 #[cfg(test)]

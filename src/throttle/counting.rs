@@ -1,0 +1,138 @@
+//! The request path of the throttle: check, count, and count again after
+//! the response.
+
+use futures_util::future::{try_join, try_join_all};
+
+use super::headers::refusal;
+use crate::cache::CacheError;
+use crate::http::{HttpResponse, Request};
+use crate::limiter::{CacheRateLimiter, Limit};
+
+/// What the limits said before the handler ran.
+pub(super) enum Admission {
+    /// Go on. Each limit's count, in the order of the limits: the count
+    /// this request's increment returned, or, for a limit that counts after
+    /// the response, the count read before the handler.
+    Admitted(Vec<i64>),
+    /// Answer with this refusal.
+    Refused(HttpResponse),
+}
+
+/// Checks and counts `request` against `limits`, before the handler runs.
+///
+/// 1. With several limits, or a limit that counts after the response,
+///    every limit is checked first (the reads run concurrently, so a
+///    multiplexed Redis connection sends them in one round trip). The first
+///    full one, in list order, refuses the request, and nothing is counted:
+///    the rule of Laravel's `tooManyAttempts`.
+/// 2. Each limit without an [`after`](Limit::after) callback is counted by
+///    one atomic [`increment_if_below`](CacheRateLimiter::increment_if_below),
+///    the one with the fewest places left first (ties keep list order).
+///    One that refuses (the request lost a race to a full bucket) refuses
+///    the request and leaves its own count alone. Counts made before it
+///    stay: a decrement could land in the next window and let it admit one
+///    request too many.
+///
+/// With a single limit the check is the increment itself: it refuses
+/// without counting, so a separate read would only cost a round trip.
+pub(super) async fn admit(
+    limiter: &CacheRateLimiter,
+    limits: &[Limit],
+    request: &Request,
+) -> Result<Admission, CacheError> {
+    let mut counts = vec![0; limits.len()];
+    let check_first = limits.len() > 1 || limits.iter().any(|l| !l.counts_before_response());
+    if check_first {
+        let found = try_join_all(limits.iter().map(|l| limiter.attempts(&l.key))).await?;
+        for (i, (limit, found)) in limits.iter().zip(found).enumerate() {
+            if found < limit.max_attempts {
+                counts[i] = found;
+            } else if let Some(refused) = refusal_if_full(limiter, limit, request).await? {
+                return Ok(Admission::Refused(refused));
+            }
+            // Else the count outlived its window and was reset: 0 it is.
+        }
+    }
+    let mut order: Vec<usize> = (0..limits.len())
+        .filter(|&i| limits[i].counts_before_response())
+        .collect();
+    // A stable sort: ties keep list order.
+    order.sort_by_key(|&i| limits[i].max_attempts.saturating_sub(counts[i]));
+    for i in order {
+        match count(limiter, &limits[i], request).await? {
+            Ok(count) => counts[i] = count,
+            Err(refused) => return Ok(Admission::Refused(refused)),
+        }
+    }
+    Ok(Admission::Admitted(counts))
+}
+
+/// Counts the request against each limit with an [`after`](Limit::after)
+/// callback that accepts `response`, and records the counts. The
+/// increments run concurrently. A bucket that filled up meanwhile is not
+/// pushed past its maximum; the response is already made.
+pub(super) async fn count_after(
+    limiter: &CacheRateLimiter,
+    limits: &[Limit],
+    counts: &mut [i64],
+    response: &HttpResponse,
+) -> Result<(), CacheError> {
+    let accepted: Vec<usize> = (0..limits.len())
+        .filter(|&i| !limits[i].counts_before_response() && limits[i].counts(response))
+        .collect();
+    if accepted.is_empty() {
+        return Ok(());
+    }
+    let outcomes = try_join_all(accepted.iter().map(|&i| {
+        let limit = &limits[i];
+        limiter.increment_if_below(&limit.key, limit.decay_seconds, 1, limit.max_attempts)
+    }))
+    .await?;
+    for (i, outcome) in accepted.into_iter().zip(outcomes) {
+        counts[i] = outcome.count;
+    }
+    Ok(())
+}
+
+/// Counts one request against `limit`: `Ok(count)` when it counted, else
+/// the refusal.
+async fn count(
+    limiter: &CacheRateLimiter,
+    limit: &Limit,
+    request: &Request,
+) -> Result<Result<i64, HttpResponse>, CacheError> {
+    let (key, decay, max) = (&limit.key, limit.decay_seconds, limit.max_attempts);
+    let outcome = limiter.increment_if_below(key, decay, 1, max).await?;
+    if outcome.counted {
+        return Ok(Ok(outcome.count));
+    }
+    // Full, or a count that outlived its timer (Laravel's tooManyAttempts
+    // removes such a count, and so opens a new window): the check tells.
+    if let Some(refused) = refusal_if_full(limiter, limit, request).await? {
+        return Ok(Err(refused));
+    }
+    let outcome = limiter.increment_if_below(key, decay, 1, max).await?;
+    if outcome.counted {
+        return Ok(Ok(outcome.count));
+    }
+    // A limit that admits nothing (a maximum below 1).
+    let available_in = limiter.available_in(key).await?;
+    let now = limiter.clock().unix_seconds();
+    Ok(Err(refusal(limit, available_in, now, request)))
+}
+
+/// The refusal of `limit` when its window is full (Laravel's
+/// `tooManyAttempts`), with the seconds until the window ends.
+async fn refusal_if_full(
+    limiter: &CacheRateLimiter,
+    limit: &Limit,
+    request: &Request,
+) -> Result<Option<HttpResponse>, CacheError> {
+    let (full, available_in) = try_join(
+        limiter.too_many_attempts(&limit.key, limit.max_attempts),
+        limiter.available_in(&limit.key),
+    )
+    .await?;
+    let now = limiter.clock().unix_seconds();
+    Ok(full.then(|| refusal(limit, available_in, now, request)))
+}

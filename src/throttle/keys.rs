@@ -1,0 +1,92 @@
+//! The bucket keys of the throttle middleware.
+//!
+//! Keys are passed raw to the [`RateLimiter`](crate::RateLimiter), which
+//! cleans them once, as Laravel's does.
+
+use crate::http::Request;
+use crate::keys::unique_token;
+
+/// Who a request is counted as: `user:<id>` for a signed-in user,
+/// `ip:<address>` for a guest ([`Request::ip`], through the trusted
+/// proxies). The two are spelled apart so that a user whose id reads like
+/// an address shares no bucket with that address.
+///
+/// A request with no address (one made in process, with no peer) gets a
+/// key no other request gets: one shared bucket for all of them would let
+/// one caller use it up and lock the others out.
+pub(super) fn caller_key(request: &Request) -> String {
+    if let Some(id) = request.user_id() {
+        return format!("user:{id}");
+    }
+    match request.ip() {
+        Some(ip) => format!("ip:{ip}"),
+        None => format!("ip:no-address:{}", unique_token()),
+    }
+}
+
+/// The caller on this path: `user:<id>:path:<path>` or
+/// `ip:<address>:path:<path>`.
+pub(super) fn caller_on_path_key(request: &Request) -> String {
+    format!("{}:path:{}", caller_key(request), request.path())
+}
+
+/// The key of a named limiter's limit: `<name>:<limit key>`, as Laravel
+/// spells it when it does not hash keys (`global:` for an empty key).
+pub(super) fn named_key(name: &str, limit_key: &str) -> String {
+    format!("{name}:{limit_key}")
+}
+
+/// `<prefix>:<key>`, or the key alone for an empty prefix. Laravel puts
+/// nothing between the two; the `:` keeps `login` + `ip:...` from reading
+/// as one word and matches the rest of the key's punctuation.
+pub(super) fn prefixed(prefix: &str, key: String) -> String {
+    if prefix.is_empty() {
+        key
+    } else {
+        format!("{prefix}:{key}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(path: &str, peer: Option<&str>, user: Option<&str>) -> Request {
+        let mut req = Request::new(http::Request::get(path).body(String::new()).unwrap());
+        if let Some(peer) = peer {
+            req = req.with_peer(peer.parse().unwrap());
+        }
+        if let Some(user) = user {
+            req.set_user_id(user);
+        }
+        req
+    }
+
+    #[test]
+    fn guests_by_address_users_by_id() {
+        let guest = request("/a?x=1", Some("203.0.113.9:1"), None);
+        assert_eq!(caller_key(&guest), "ip:203.0.113.9");
+        assert_eq!(caller_on_path_key(&guest), "ip:203.0.113.9:path:/a");
+        let user = request("/a", Some("203.0.113.9:1"), Some("42"));
+        assert_eq!(caller_key(&user), "user:42");
+        assert_eq!(caller_on_path_key(&user), "user:42:path:/a");
+        let v6 = request("/", Some("[2001:db8::1]:1"), None);
+        assert_eq!(caller_key(&v6), "ip:2001:db8::1");
+    }
+
+    #[test]
+    fn no_address_gets_a_fresh_key_each_time() {
+        let a = caller_key(&request("/", None, None));
+        let b = caller_key(&request("/", None, None));
+        assert!(a.starts_with("ip:no-address:"), "{a}");
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn prefixes_and_names() {
+        assert_eq!(prefixed("", "ip:1".into()), "ip:1");
+        assert_eq!(prefixed("login", "ip:1".into()), "login:ip:1");
+        assert_eq!(named_key("api", "203.0.113.5"), "api:203.0.113.5");
+        assert_eq!(named_key("global", ""), "global:");
+    }
+}

@@ -1,0 +1,789 @@
+//! `ThrottleRequestsMiddleware` through the router: constructors and their
+//! keys, the `throttle` alias, headers, `after` and `response` callbacks,
+//! named limiters, on the memory store with a frozen clock.
+
+mod support;
+mod throttle_support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use support::clock_at;
+use suprnova::cache::Cache;
+use suprnova::clock::Clock;
+use suprnova::rate_limit::BackendErrorPolicy;
+use suprnova::server::{handle_request, handle_request_with_peer};
+use suprnova::throttle::{DEFAULT_DECAY_SECONDS, DEFAULT_MAX_ATTEMPTS, ThrottleAliasError};
+use suprnova::{
+    HttpResponse, Limit, Middleware, Next, RateLimiter, Request, Response, Router,
+    ThrottleRequestsMiddleware, async_trait,
+};
+use throttle_support::{memory_app as app_on, ok_routes};
+
+const GUEST: &str = "203.0.113.5:40000";
+const OTHER: &str = "198.51.100.7:40000";
+
+/// Signs in the user named by the `x-user` header, as an auth middleware
+/// would.
+struct SignIn;
+
+#[async_trait]
+impl Middleware for SignIn {
+    async fn handle(&self, mut request: Request, next: Next) -> Response {
+        if let Some(id) = request.header("x-user").map(str::to_owned) {
+            request.set_user_id(id);
+        }
+        next(request).await
+    }
+}
+
+/// Answers with the status of `?status=` (200 without one).
+async fn status_from_query(req: Request) -> HttpResponse {
+    let status = req
+        .query_param("status")
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    HttpResponse::text("done").status(status)
+}
+
+async fn get(router: &Router, uri: &str, peer: &str) -> HttpResponse {
+    let request = http::Request::get(uri)
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    handle_request_with_peer(router, request, peer.parse::<SocketAddr>().unwrap()).await
+}
+
+async fn get_as(router: &Router, uri: &str, peer: &str, user: &str) -> HttpResponse {
+    let request = http::Request::get(uri)
+        .header("x-user", user)
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    handle_request_with_peer(router, request, peer.parse::<SocketAddr>().unwrap()).await
+}
+
+fn remaining(r: &HttpResponse) -> Option<&str> {
+    r.header_str("x-ratelimit-remaining")
+}
+
+/// How many of `n` requests were admitted.
+async fn admitted(router: &Router, uri: &str, peer: &str, n: usize) -> usize {
+    let mut count = 0;
+    for _ in 0..n {
+        if get(router, uri, peer).await.status_code() == 200 {
+            count += 1;
+        }
+    }
+    count
+}
+
+async fn attempts(key: &str) -> i64 {
+    RateLimiter::attempts(key).await.unwrap()
+}
+
+#[tokio::test]
+async fn default_counts_each_address_across_routes_and_each_user_by_id() {
+    assert_eq!((DEFAULT_MAX_ATTEMPTS, DEFAULT_DECAY_SECONDS), (60, 60));
+    assert_eq!(ThrottleRequestsMiddleware::DEFAULT_MAX_ATTEMPTS, 60);
+    assert_eq!(ThrottleRequestsMiddleware::DEFAULT_DECAY_SECONDS, 60);
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/a", "/b"])
+                .middleware(SignIn)
+                .middleware(ThrottleRequestsMiddleware::default());
+
+            // One bucket for the address, whichever route spends it.
+            assert_eq!(admitted(&router, "/a", GUEST, 30).await, 30);
+            let r = get(&router, "/b", GUEST).await;
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("60"));
+            assert_eq!(remaining(&r), Some("29"));
+            assert_eq!(admitted(&router, "/b", GUEST, 30).await, 29);
+            let refused = get(&router, "/a", GUEST).await;
+            assert_eq!(refused.status_code(), 429);
+            assert_eq!(refused.header_str("retry-after"), Some("60"));
+            assert_eq!(attempts("ip:203.0.113.5").await, 60);
+            // Another address has its own bucket.
+            assert_eq!(remaining(&get(&router, "/a", OTHER).await), Some("59"));
+
+            // A signed-in user counts by id, from any address, not by the
+            // address (which is full).
+            let user = get_as(&router, "/a", GUEST, "7").await;
+            assert_eq!((user.status_code(), remaining(&user)), (200, Some("59")));
+            let user = get_as(&router, "/b", OTHER, "7").await;
+            assert_eq!(remaining(&user), Some("58"));
+            assert_eq!(attempts("user:7").await, 2);
+            // An id that reads like an address shares no bucket with it.
+            let lookalike = get_as(&router, "/a", OTHER, "203.0.113.5").await;
+            assert_eq!(remaining(&lookalike), Some("59"));
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn with_counts_each_caller_on_each_path_under_its_prefix() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/a", "/b"])
+                .middleware(SignIn)
+                .middleware(ThrottleRequestsMiddleware::with(2, 1, ""));
+            let login =
+                ok_routes(&["/a"]).middleware(ThrottleRequestsMiddleware::with(2, 1, "login"));
+
+            assert_eq!(admitted(&router, "/a?page=1", GUEST, 3).await, 2);
+            assert_eq!(admitted(&router, "/b", GUEST, 3).await, 2);
+            assert_eq!(attempts("ip:203.0.113.5:path:/a").await, 2);
+            assert_eq!(attempts("ip:203.0.113.5:path:/b").await, 2);
+
+            let user = get_as(&router, "/a", GUEST, "42").await;
+            assert_eq!(remaining(&user), Some("1"));
+            assert_eq!(attempts("user:42:path:/a").await, 1);
+
+            // The prefix gives the same path a budget of its own.
+            let prefixed = get(&login, "/a", GUEST).await;
+            assert_eq!(
+                (prefixed.status_code(), remaining(&prefixed)),
+                (200, Some("1"))
+            );
+            assert_eq!(attempts("login:ip:203.0.113.5:path:/a").await, 1);
+
+            // The window is given in minutes.
+            clock.advance(Duration::from_secs(59));
+            assert_eq!(get(&router, "/a", GUEST).await.status_code(), 429);
+            clock.advance(Duration::from_secs(1));
+            assert_eq!(get(&router, "/a", GUEST).await.status_code(), 200);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn nested_throttles_report_the_tighter_pair() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            // The middleware added first runs outermost, and adds its
+            // headers last.
+            let inner_tighter = ok_routes(&["/n"])
+                .middleware(ThrottleRequestsMiddleware::with(10, 1, "outer"))
+                .middleware(ThrottleRequestsMiddleware::with(3, 1, "inner"));
+            let r = get(&inner_tighter, "/n", GUEST).await;
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+            assert_eq!(remaining(&r), Some("2"));
+
+            let outer_tighter = ok_routes(&["/m"])
+                .middleware(ThrottleRequestsMiddleware::with(2, 1, "outer"))
+                .middleware(ThrottleRequestsMiddleware::with(10, 1, "inner"));
+            let r = get(&outer_tighter, "/m", GUEST).await;
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("2"));
+            assert_eq!(remaining(&r), Some("1"));
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn by_name_counts_under_the_name_and_each_limit_key() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("single", |_req| Limit::per_minute(3).by("abc").into());
+            RateLimiter::define("global", |_req| Limit::per_minute(3).into());
+            RateLimiter::define("shared", |req| {
+                let ip = req.ip().unwrap_or_default();
+                vec![
+                    Limit::per_minute(2).by(ip.clone()),
+                    Limit::per_hour(5).by(ip),
+                ]
+                .into()
+            });
+            let single =
+                ok_routes(&["/single"]).middleware(ThrottleRequestsMiddleware::by_name("single"));
+            let global =
+                ok_routes(&["/global"]).middleware(ThrottleRequestsMiddleware::by_name("global"));
+            let shared = ok_routes(&["/shared"])
+                .middleware(ThrottleRequestsMiddleware::by_name("shared").prefix("v2"));
+
+            assert_eq!(admitted(&single, "/single", GUEST, 4).await, 3);
+            assert_eq!(attempts("single:abc").await, 3);
+            get(&global, "/global", GUEST).await;
+            get(&global, "/global", OTHER).await;
+            assert_eq!(attempts("global:").await, 2);
+
+            assert_eq!(admitted(&shared, "/shared", GUEST, 3).await, 2);
+            assert_eq!(
+                attempts("v2:shared:203.0.113.5:attempts:2:decay:60").await,
+                2
+            );
+            assert_eq!(
+                attempts("v2:shared:203.0.113.5:attempts:5:decay:3600").await,
+                2
+            );
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn with_limits_counts_limits_that_share_a_key_under_fallback_keys() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/items"]).middleware(
+                ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_hour(5_000).by("user:1"),
+                    Limit::per_minute(60).by("user:1"),
+                    Limit::per_minute(10).by("team:9"),
+                ])
+                .prefix("api"),
+            );
+            let r = get(&router, "/items", GUEST).await;
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("10"));
+            assert_eq!(remaining(&r), Some("9"));
+            assert_eq!(attempts("api:user:1:attempts:5000:decay:3600").await, 1);
+            assert_eq!(attempts("api:user:1:attempts:60:decay:60").await, 1);
+            assert_eq!(attempts("api:team:9").await, 1);
+            assert_eq!(attempts("api:user:1").await, 0);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn default_and_prefix_keys() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/admin"])
+                .middleware(ThrottleRequestsMiddleware::default().prefix("admin"));
+            get(&router, "/admin", GUEST).await;
+            assert_eq!(attempts("admin:ip:203.0.113.5").await, 1);
+            assert_eq!(attempts("ip:203.0.113.5").await, 0);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn requests_without_an_address_get_a_bucket_each() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/x"]).middleware(ThrottleRequestsMiddleware::with(1, 1, ""));
+            for _ in 0..3 {
+                let request = http::Request::get("/x").body(Full::<Bytes>::default());
+                let r = handle_request(&router, request.unwrap()).await;
+                assert_eq!((r.status_code(), remaining(&r)), (200, Some("0")));
+            }
+        })
+        .await;
+}
+
+#[test]
+fn every_alias_refusal_names_its_reason() {
+    let refused = |args: &[&str]| ThrottleRequestsMiddleware::from_alias_args(args).unwrap_err();
+    let cases: &[(&[&str], ThrottleAliasError, &str)] = &[
+        (
+            &["1.5"],
+            ThrottleAliasError::NotANumber {
+                what: "limit",
+                value: "1.5".into(),
+            },
+            "the limit of `throttle` must be a whole number, got `1.5`",
+        ),
+        (
+            &["-3", "1"],
+            ThrottleAliasError::NotANumber {
+                what: "limit",
+                value: "-3".into(),
+            },
+            "the limit of `throttle` must be a whole number, got `-3`",
+        ),
+        (
+            &["60", "x"],
+            ThrottleAliasError::NotANumber {
+                what: "window",
+                value: "x".into(),
+            },
+            "the window of `throttle` must be a whole number, got `x`",
+        ),
+        (
+            &["60", ""],
+            ThrottleAliasError::NotANumber {
+                what: "window",
+                value: "".into(),
+            },
+            "the window of `throttle` must be a whole number, got ``",
+        ),
+        (
+            &["10|x", "1"],
+            ThrottleAliasError::NotANumber {
+                what: "user limit",
+                value: "x".into(),
+            },
+            "the user limit of `throttle` must be a whole number, got `x`",
+        ),
+        (
+            &["|10"],
+            ThrottleAliasError::NotANumber {
+                what: "guest limit",
+                value: "".into(),
+            },
+            "the guest limit of `throttle` must be a whole number, got ``",
+        ),
+        (
+            &["0", "1"],
+            ThrottleAliasError::ZeroLimit {
+                what: "limit",
+                value: "0".into(),
+            },
+            "the limit of `throttle` must be at least 1, got `0`",
+        ),
+        (
+            &["0|60", "1"],
+            ThrottleAliasError::ZeroLimit {
+                what: "guest limit",
+                value: "0".into(),
+            },
+            "the guest limit of `throttle` must be at least 1, got `0`",
+        ),
+        (
+            &["10|0", "1"],
+            ThrottleAliasError::ZeroLimit {
+                what: "user limit",
+                value: "0".into(),
+            },
+            "the user limit of `throttle` must be at least 1, got `0`",
+        ),
+        (
+            &["60", "0"],
+            ThrottleAliasError::ZeroWindow { value: "0".into() },
+            "the window of `throttle` must be at least 1 minute, got `0`",
+        ),
+        (
+            &["60", "1", "pre", "x"],
+            ThrottleAliasError::TooManyArguments { count: 4 },
+            "`throttle` takes at most three arguments (limit, window in minutes, prefix), got 4",
+        ),
+        (
+            &["api", "1"],
+            ThrottleAliasError::ArgumentsAfterLimiterName { name: "api".into() },
+            "`throttle:api` names a rate limiter, which takes no further arguments",
+        ),
+    ];
+    for (args, error, message) in cases {
+        let got = refused(args);
+        assert_eq!(&got, error, "{args:?}");
+        assert_eq!(got.to_string(), *message, "{args:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_alias_fails_the_route_with_its_reason() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let err = ok_routes(&["/login"])
+                .try_middleware_named("throttle:5,0")
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("/login"), "{err}");
+            assert!(
+                err.contains("the window of `throttle` must be at least 1 minute, got `0`"),
+                "{err}"
+            );
+            let router = ok_routes(&["/login"]).middleware_named("throttle:api,1");
+            let err = router.validate().unwrap_err().to_string();
+            assert!(err.contains("names a rate limiter"), "{err}");
+            // A router with a refused alias answers nothing but 500.
+            assert_eq!(get(&router, "/login", GUEST).await.status_code(), 500);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn alias_forms_map_to_their_limits_and_keys() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("api", |_req| Limit::per_minute(2).by("k").into());
+            let named = |path: &str, alias: &str| {
+                let router = ok_routes(&[path]).middleware_named(alias);
+                assert!(router.validate().is_ok(), "{alias}");
+                router
+            };
+
+            // No arguments: the default, 60 a minute per address.
+            let plain = get(&named("/plain", "throttle"), "/plain", GUEST).await;
+            assert_eq!(plain.header_str("x-ratelimit-limit"), Some("60"));
+            assert_eq!(attempts("ip:203.0.113.5").await, 1);
+
+            // `throttle:3`: a minute.
+            let one = named("/one", "throttle:3");
+            assert_eq!(admitted(&one, "/one", GUEST, 4).await, 3);
+            assert_eq!(attempts("ip:203.0.113.5:path:/one").await, 3);
+            clock.advance(Duration::from_secs(60));
+            assert_eq!(admitted(&one, "/one", GUEST, 1).await, 1);
+
+            // `throttle:3,2`: two minutes.
+            let two = named("/two", "throttle:3,2");
+            assert_eq!(admitted(&two, "/two", GUEST, 3).await, 3);
+            let refused = get(&two, "/two", GUEST).await;
+            assert_eq!(refused.header_str("retry-after"), Some("120"));
+
+            // `throttle:3,1,pre`.
+            get(&named("/three", "throttle:3,1,pre"), "/three", GUEST).await;
+            assert_eq!(attempts("pre:ip:203.0.113.5:path:/three").await, 1);
+
+            // `throttle:api`.
+            let api = named("/named", "throttle:api");
+            assert_eq!(admitted(&api, "/named", GUEST, 3).await, 2);
+            assert_eq!(attempts("api:k").await, 2);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn guest_and_user_limits_split_on_the_bar() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/feed"])
+                .middleware(SignIn)
+                .middleware_named("throttle:10|60,1");
+            assert!(router.validate().is_ok());
+
+            let mut guest_admitted = 0;
+            for _ in 0..11 {
+                let r = get(&router, "/feed", GUEST).await;
+                assert_eq!(r.header_str("x-ratelimit-limit"), Some("10"));
+                guest_admitted += usize::from(r.status_code() == 200);
+            }
+            assert_eq!(guest_admitted, 10);
+
+            let mut user_admitted = 0;
+            for _ in 0..61 {
+                let r = get_as(&router, "/feed", GUEST, "7").await;
+                assert_eq!(r.header_str("x-ratelimit-limit"), Some("60"));
+                user_admitted += usize::from(r.status_code() == 200);
+            }
+            assert_eq!(user_admitted, 60);
+            assert_eq!(attempts("ip:203.0.113.5:path:/feed").await, 10);
+            assert_eq!(attempts("user:7:path:/feed").await, 60);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn success_and_refusal_headers() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/h"]).middleware(ThrottleRequestsMiddleware::with(3, 1, ""));
+            for left in ["2", "1", "0"] {
+                let r = get(&router, "/h", GUEST).await;
+                assert_eq!(r.status_code(), 200);
+                assert_eq!(r.body_text(), "ok");
+                assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+                assert_eq!(remaining(&r), Some(left));
+                assert_eq!(r.header_str("retry-after"), None);
+                assert_eq!(r.header_str("x-ratelimit-reset"), None);
+            }
+            clock.advance(Duration::from_secs(3));
+            let r = get(&router, "/h", GUEST).await;
+            assert_eq!(r.status_code(), 429);
+            assert_eq!(r.body_text(), "Too Many Attempts.");
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+            assert_eq!(remaining(&r), Some("0"));
+            assert_eq!(r.header_str("retry-after"), Some("57"));
+            let reset = clock_at(12, 1, 0).unix_seconds().to_string();
+            assert_eq!(r.header_str("x-ratelimit-reset"), Some(reset.as_str()));
+            // Within the last second, Retry-After is 1, never 0.
+            clock.advance(Duration::from_millis(56_999));
+            let r = get(&router, "/h", GUEST).await;
+            assert_eq!(r.header_str("retry-after"), Some("1"));
+            clock.advance(Duration::from_millis(1));
+            assert_eq!(get(&router, "/h", GUEST).await.status_code(), 200);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn several_limits_report_the_one_with_the_fewest_retries_left() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router =
+                ok_routes(&["/m"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_minute(5).by("a"),
+                    Limit::per_second(3, 1).by("b"),
+                ]));
+            let tie =
+                ok_routes(&["/tie"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_minute(2).by("c"),
+                    Limit::per_minute(10).by("d"),
+                ]));
+            let r = get(&router, "/m", GUEST).await;
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+            assert_eq!(remaining(&r), Some("2"));
+            let r = get(&tie, "/tie", GUEST).await;
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("2"));
+            assert_eq!(remaining(&r), Some("1"));
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_refusal_by_one_limit_counts_in_none() {
+    // Laravel 13's split loops: with a per-minute limit of 5 and a
+    // per-second limit of 3, the fourth request of a second is refused by
+    // the second limit and leaves the minute's count at 3, so two more pass
+    // in the next second.
+    let clock = clock_at(0, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router =
+                ok_routes(&["/x"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_minute(5).by("a"),
+                    Limit::per_second(3, 1).by("b"),
+                ]));
+            assert_eq!(admitted(&router, "/x", GUEST, 4).await, 3);
+            assert_eq!(attempts("a").await, 3);
+            assert_eq!(attempts("b").await, 3);
+            clock.advance(Duration::from_secs(1));
+            assert_eq!(admitted(&router, "/x", GUEST, 3).await, 2);
+            assert_eq!(attempts("a").await, 5);
+            let refused = get(&router, "/x", GUEST).await;
+            assert_eq!(refused.header_str("x-ratelimit-limit"), Some("5"));
+            assert_eq!(refused.header_str("retry-after"), Some("59"));
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_handler_that_reports_fewer_retries_keeps_its_headers() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = Router::new()
+                .get("/own", |req: Request| async move {
+                    let left = req.query_param("left").unwrap_or_default();
+                    HttpResponse::text("ok")
+                        .header("X-RateLimit-Limit", "1000")
+                        .header("X-RateLimit-Remaining", left)
+                })
+                .middleware(ThrottleRequestsMiddleware::with(60, 1, ""));
+            // The middleware's count after this request is 59.
+            let below = get(&router, "/own?left=3", GUEST).await;
+            assert_eq!(below.header_str("x-ratelimit-limit"), Some("1000"));
+            assert_eq!(remaining(&below), Some("3"));
+            // 58 now: equal is kept.
+            let equal = get(&router, "/own?left=58", GUEST).await;
+            assert_eq!(equal.header_str("x-ratelimit-limit"), Some("1000"));
+            assert_eq!(remaining(&equal), Some("58"));
+            // 57 now: above is replaced.
+            let above = get(&router, "/own?left=999", GUEST).await;
+            assert_eq!(above.header_str("x-ratelimit-limit"), Some("60"));
+            assert_eq!(remaining(&above), Some("57"));
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_handler_error_response_gets_the_headers_too() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = Router::new()
+                .get("/fail", |_req: Request| async {
+                    Response::Err(HttpResponse::text("nope").status(422))
+                })
+                .middleware(ThrottleRequestsMiddleware::with(5, 1, ""));
+            let r = get(&router, "/fail", GUEST).await;
+            assert_eq!((r.status_code(), r.body_text()), (422, "nope".to_owned()));
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("5"));
+            assert_eq!(remaining(&r), Some("4"));
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn an_after_callback_counts_only_the_responses_it_accepts() {
+    let clock = clock_at(0, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("login", |req| {
+                Limit::per_minute(1)
+                    .by(req.ip().unwrap_or_default())
+                    .after(|r| r.status_code() >= 400)
+                    .into()
+            });
+            let router = Router::new()
+                .get("/login", status_from_query)
+                .middleware(ThrottleRequestsMiddleware::by_name("login"));
+            for _ in 0..2 {
+                let ok = get(&router, "/login", GUEST).await;
+                assert_eq!((ok.status_code(), remaining(&ok)), (200, Some("1")));
+            }
+            let failed = get(&router, "/login?status=404", GUEST).await;
+            assert_eq!((failed.status_code(), remaining(&failed)), (404, Some("0")));
+            assert_eq!(attempts("login:203.0.113.5").await, 1);
+            // Whatever it would answer, the next request is refused.
+            let refused = get(&router, "/login", GUEST).await;
+            assert_eq!(refused.status_code(), 429);
+            assert_eq!(refused.header_str("retry-after"), Some("60"));
+            assert_eq!(attempts("login:203.0.113.5").await, 1);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn after_and_plain_limits_together() {
+    let clock = clock_at(0, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = Router::new().get("/login", status_from_query).middleware(
+                ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_minute(10).by("all"),
+                    Limit::per_minute(2)
+                        .by("failed")
+                        .after(|r| r.status_code() >= 400),
+                ]),
+            );
+            let ok = get(&router, "/login", GUEST).await;
+            // all: 9 left, failed: 2 left.
+            assert_eq!(ok.header_str("x-ratelimit-limit"), Some("2"));
+            assert_eq!(remaining(&ok), Some("2"));
+            get(&router, "/login?status=401", GUEST).await;
+            let second = get(&router, "/login?status=401", GUEST).await;
+            assert_eq!(remaining(&second), Some("0"));
+            assert_eq!(get(&router, "/login", GUEST).await.status_code(), 429);
+            assert_eq!(attempts("all").await, 3);
+            assert_eq!(attempts("failed").await, 2);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_response_callback_replaces_the_refusal_and_keeps_its_own_headers() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router =
+                ok_routes(&["/r"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_minute(1).by("r").response(|req| {
+                        HttpResponse::text(format!("slow down on {}", req.path()))
+                            .status(503)
+                            .header("Retry-After", "600")
+                    }),
+                ]));
+            assert_eq!(get(&router, "/r", GUEST).await.status_code(), 200);
+            clock.advance(Duration::from_secs(10));
+            let r = get(&router, "/r", GUEST).await;
+            assert_eq!(r.status_code(), 503);
+            assert_eq!(r.body_text(), "slow down on /r");
+            assert_eq!(r.header_str("retry-after"), Some("600"));
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("1"));
+            assert_eq!(remaining(&r), Some("0"));
+            let reset = clock_at(12, 1, 0).unix_seconds().to_string();
+            assert_eq!(r.header_str("x-ratelimit-reset"), Some(reset.as_str()));
+            assert_eq!(attempts("r").await, 1);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_named_limiter_may_answer_or_let_through_uncounted() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("gate", |req| {
+                if req.header("x-admin").is_some() {
+                    Limit::none().into()
+                } else if req.header("x-banned").is_some() {
+                    HttpResponse::text("go away").status(403).into()
+                } else {
+                    Limit::per_minute(1).by("gate").into()
+                }
+            });
+            let router = ok_routes(&["/g"]).middleware(ThrottleRequestsMiddleware::by_name("gate"));
+            let with = |name: &'static str| {
+                let request = http::Request::get("/g")
+                    .header(name, "1")
+                    .body(Full::<Bytes>::default())
+                    .unwrap();
+                handle_request_with_peer(&router, request, GUEST.parse().unwrap())
+            };
+            for _ in 0..3 {
+                let admin = with("x-admin").await;
+                assert_eq!(admin.status_code(), 200);
+                assert_eq!(admin.header_str("x-ratelimit-limit"), None);
+                assert_eq!(remaining(&admin), None);
+            }
+            let banned = with("x-banned").await;
+            assert_eq!(
+                (banned.status_code(), banned.body_text()),
+                (403, "go away".into())
+            );
+            assert_eq!(banned.header_str("x-ratelimit-limit"), None);
+            assert_eq!(attempts("gate:gate").await, 0);
+            assert_eq!(attempts("gate:").await, 0);
+            let counted = get(&router, "/g", GUEST).await;
+            assert_eq!(remaining(&counted), Some("0"));
+            assert_eq!(attempts("gate:gate").await, 1);
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_missing_named_limiter_answers_503_naming_it() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/api"]).middleware_named("throttle:api");
+            let r = get(&router, "/api", GUEST).await;
+            assert_eq!(r.status_code(), 503);
+            assert_eq!(r.body_text(), "Rate limiter [api] is not defined.");
+            assert_eq!(r.header_str("x-ratelimit-limit"), None);
+            // Defined later, it is found: the lookup is per request.
+            RateLimiter::define("api", |_req| Limit::per_minute(5).into());
+            assert_eq!(remaining(&get(&router, "/api", GUEST).await), Some("4"));
+        })
+        .await;
+}
+
+#[tokio::test]
+async fn a_store_that_cannot_count_gets_the_backend_policy() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            // A value that is not a count makes the store fail on the key.
+            Cache::put(
+                "ip:203.0.113.5:path:/open",
+                "garbage",
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+            Cache::put(
+                "closed:ip:203.0.113.5:path:/closed",
+                "garbage",
+                Duration::from_secs(60),
+            )
+            .await
+            .unwrap();
+            let open = ok_routes(&["/open"]).middleware(ThrottleRequestsMiddleware::with(5, 1, ""));
+            let closed = ok_routes(&["/closed"]).middleware(
+                ThrottleRequestsMiddleware::with(5, 1, "closed")
+                    .on_backend_error(BackendErrorPolicy::FailClosed),
+            );
+            let open = get(&open, "/open", GUEST).await;
+            assert_eq!((open.status_code(), open.body_text()), (200, "ok".into()));
+            assert_eq!(open.header_str("x-ratelimit-limit"), None);
+            let closed = get(&closed, "/closed", GUEST).await;
+            assert_eq!(closed.status_code(), 503);
+            assert_eq!(closed.header_str("retry-after"), Some("1"));
+            assert_eq!(
+                ThrottleRequestsMiddleware::default().backend_error_policy(),
+                BackendErrorPolicy::FailOpen
+            );
+        })
+        .await;
+}

@@ -1,0 +1,46 @@
+//! Helpers shared by the throttle tests.
+
+#![allow(dead_code)]
+
+use std::sync::Arc;
+
+use suprnova::cache::{MemoryStore, Store};
+use suprnova::clock::{FakeClock, SharedClock};
+use suprnova::container::App;
+use suprnova::limiter::CacheRateLimiter;
+use suprnova::middleware::register_middleware_alias_with_args;
+use suprnova::{HttpResponse, Request, Router, ThrottleRequestsMiddleware};
+
+/// A container whose rate limiter counts in `store` on `clock`, with the
+/// `throttle` alias registered.
+pub fn limiter_app(store: Arc<dyn Store>, clock: SharedClock) -> App {
+    let app = App::new();
+    app.install::<dyn Store>(store.clone());
+    app.install(Arc::new(CacheRateLimiter::new(store, clock)));
+    let _current = app.enter();
+    register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
+    app
+}
+
+/// [`limiter_app`] over a memory store on the frozen `clock`.
+pub fn memory_app(clock: &FakeClock) -> App {
+    limiter_app(
+        Arc::new(MemoryStore::with_clock(clock.shared())),
+        clock.shared(),
+    )
+}
+
+/// A router with a `GET` route on each path answering `ok`.
+pub fn ok_routes(paths: &[&str]) -> Router {
+    paths.iter().fold(Router::new(), |router, path| {
+        router.get(path, |_req: Request| async { HttpResponse::text("ok") })
+    })
+}
+
+/// How many of `responses` have `status`.
+pub fn with_status(responses: &[HttpResponse], status: u16) -> usize {
+    responses
+        .iter()
+        .filter(|r| r.status_code() == status)
+        .count()
+}
