@@ -2,6 +2,8 @@
 //! and the drivers and proxies it installs into a container of the test's
 //! own.
 
+#![cfg(feature = "redis")]
+
 mod support;
 
 use std::net::IpAddr;
