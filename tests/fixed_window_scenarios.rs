@@ -152,9 +152,9 @@ async fn replay(profile: Profile) -> (u32, u32) {
 
 // The five-minute load at 600 a minute through the fixed window. Per client
 // (in the order of the load) it cuts 0, 360, 45, 0, 0, 4,800 and 960: it
-// catches 5,760, misses 6,900 and falsely blocks 405. The login series
-// starts at 0:40, so its windows open at 0:40 and 1:40, 2:40 and 3:40: each
-// 60-second peak falls inside one window and loses 480 of its 1,080. A
+// catches 5,760, misses 6,900 and falsely blocks 405. The login series'
+// two peaks start at 0:40 and 2:40, and each opens a window of its own:
+// each 60-second peak falls inside one window and loses 480 of its 1,080. A
 // window aligned on the clock minute would split each peak 20 s / 40 s
 // across two windows and cut only 120 of each.
 #[tokio::test]
