@@ -13,6 +13,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use support::load::{CLIENTS, Profile, arrivals};
 use suprnova::cache::MemoryStore;
 use suprnova::clock::{Clock, FakeClock};
 use suprnova::limiter::CacheRateLimiter;
@@ -111,40 +112,16 @@ async fn idle_then_burst_admits_10() {
     assert_eq!(send(&clock, &limiter, 30, Duration::ZERO).await.len(), 10);
 }
 
-/// (from second, to second, requests per second)
-type Profile = &'static [(u32, u32, u32)];
-
-/// The five-minute load of seven clients that tests/five_minute_load.rs
-/// replays through the sliding window: (legitimate, profile).
-const LOAD: [(bool, Profile); 7] = [
-    (true, &[(0, 300, 4)]),
-    (true, &[(0, 110, 2), (110, 150, 30), (150, 300, 2)]),
-    (true, &[(0, 45, 1), (45, 65, 40), (65, 300, 1)]),
-    (true, &[(0, 300, 1)]),
-    (false, &[(0, 300, 9)]),
-    (false, &[(0, 300, 26)]),
-    (false, &[(40, 100, 18), (160, 220, 18)]),
-];
-
-/// (requests sent, requests refused) for one client at 600 a minute, with
-/// arrivals spread evenly inside each second at whole milliseconds.
+/// (requests sent, requests refused) for one client at 600 a minute.
 async fn replay(profile: Profile) -> (u32, u32) {
     let (clock, limiter) = fixed_window();
     let start = clock.now_utc();
     let (mut sent, mut refused) = (0, 0);
-    for t in 0..300_u32 {
-        let rate: u32 = profile
-            .iter()
-            .filter(|(from, to, _)| (*from..*to).contains(&t))
-            .map(|p| p.2)
-            .sum();
-        for k in 0..rate {
-            let at = Duration::from_millis(u64::from(t) * 1_000 + u64::from(k * 1_000 / rate));
-            clock.set(start + at);
-            sent += 1;
-            if !admits(&limiter, "client", 600, 60).await {
-                refused += 1;
-            }
+    for at in arrivals(profile) {
+        clock.set(start + at);
+        sent += 1;
+        if !admits(&limiter, "client", 600, 60).await {
+            refused += 1;
         }
     }
     (sent, refused)
@@ -161,10 +138,10 @@ async fn replay(profile: Profile) -> (u32, u32) {
 async fn the_five_minute_load_through_the_fixed_window_at_600_a_minute() {
     let mut cuts = Vec::new();
     let (mut caught, mut missed, mut falsely) = (0, 0, 0);
-    for (legitimate, profile) in LOAD {
-        let (sent, refused) = replay(profile).await;
+    for client in CLIENTS {
+        let (sent, refused) = replay(client.profile).await;
         cuts.push(refused);
-        if legitimate {
+        if client.legitimate {
             falsely += refused;
         } else {
             caught += refused;
