@@ -55,4 +55,12 @@ mod guides {
     struct Readme;
     #[doc = include_str!("../docs/deployment.md")]
     struct Deployment;
+    // The guide builds Redis drivers in two of its examples.
+    #[cfg(feature = "redis")]
+    #[doc = include_str!("../docs/rate-limiting.md")]
+    struct RateLimiting;
+    #[doc = include_str!("../docs/migration-from-laravel.md")]
+    struct MigrationFromLaravel;
+    #[doc = include_str!("../docs/algorithms.md")]
+    struct Algorithms;
 }

@@ -7,86 +7,22 @@ mod support;
 
 use std::time::Duration;
 
+use support::load::{CLIENTS, Client, arrivals, total};
 use suprnova::clock::{Clock, FakeClock};
 use suprnova::rate_limit::SlidingWindowConfig;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 
-/// (from second, to second, requests per second)
-type Profile = &'static [(u32, u32, u32)];
-
-struct Client {
-    name: &'static str,
-    legitimate: bool,
-    profile: Profile,
-}
-
-const CLIENTS: &[Client] = &[
-    Client {
-        name: "subscriber portal, steady",
-        legitimate: true,
-        profile: &[(0, 300, 4)],
-    },
-    Client {
-        name: "field app, shift start",
-        legitimate: true,
-        profile: &[(0, 110, 2), (110, 150, 30), (150, 300, 2)],
-    },
-    Client {
-        name: "billing period bulk query",
-        legitimate: true,
-        profile: &[(0, 45, 1), (45, 65, 40), (65, 300, 1)],
-    },
-    Client {
-        name: "internal monitoring poll",
-        legitimate: true,
-        profile: &[(0, 300, 1)],
-    },
-    Client {
-        name: "out-of-workflow bulk download",
-        legitimate: false,
-        profile: &[(0, 300, 9)],
-    },
-    Client {
-        name: "page crawling scraper",
-        legitimate: false,
-        profile: &[(0, 300, 26)],
-    },
-    Client {
-        name: "login attempt series",
-        legitimate: false,
-        profile: &[(40, 100, 18), (160, 220, 18)],
-    },
-];
-
-fn rate_at(profile: Profile, t: u32) -> u32 {
-    profile
-        .iter()
-        .filter(|(from, to, _)| (*from..*to).contains(&t))
-        .map(|p| p.2)
-        .sum()
-}
-
-fn total(client: &Client) -> u32 {
-    (0..300).map(|t| rate_at(client.profile, t)).sum()
-}
-
-/// Requests of `client` the limiter cuts at `limit` per 60 s. Arrivals are
-/// spread evenly inside each second, each at its own whole millisecond (the
-/// memory driver's resolution).
+/// Requests of `client` the limiter cuts at `limit` per 60 s.
 fn cut(client: &Client, limit: u32) -> u32 {
     let clock = FakeClock::at_unix(1_800_000_000);
     let limiter = InMemoryRateLimiter::with_clock(clock.shared());
     let cfg = SlidingWindowConfig::new(limit, Duration::from_secs(60));
     let start = clock.now_utc();
     let mut refused = 0;
-    for t in 0..300 {
-        let rate = rate_at(client.profile, t);
-        for k in 0..rate {
-            let at = Duration::from_millis(u64::from(t) * 1_000 + u64::from(k * 1_000 / rate));
-            clock.set(start + at);
-            if !limiter.acquire_now(client.name, &cfg).unwrap().allowed {
-                refused += 1;
-            }
+    for at in arrivals(client.profile) {
+        clock.set(start + at);
+        if !limiter.acquire_now(client.name, &cfg).unwrap().allowed {
+            refused += 1;
         }
     }
     refused

@@ -120,7 +120,8 @@ pub async fn bootstrap(env: &Env) -> Result<BootSummary, BootError> {
 }
 
 /// Loads `.env` (variables already set win), reads the process environment
-/// and installs the rate limiter and the trusted proxies into
+/// and installs the rate limiter, the cache store and the trusted proxies
+/// into
 /// [`App::current`]. Call it once at start, before serving, and log the
 /// summary.
 ///

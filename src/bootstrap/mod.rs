@@ -7,7 +7,10 @@
 //! - the sliding-window driver, as `Arc<dyn RateLimiterDriver>`
 //!   (`RATE_LIMIT_DRIVER`: `memory` or `redis`, with `RATE_LIMIT_REDIS_URL`);
 //! - the trusted proxies, as [`TrustedProxies`](crate::http::TrustedProxies)
-//!   (`APP_TRUSTED_PROXIES`), which [`Request::ip`](crate::Request::ip) reads.
+//!   (`APP_TRUSTED_PROXIES`), which [`Request::ip`](crate::Request::ip) reads;
+//! - the cache store of the Laravel-shape facade, as `Arc<dyn Store>`, with
+//!   the [`RateLimiter`](crate::RateLimiter)'s limiter over it (`CACHE_STORE`
+//!   and the Redis variables of [`CacheConfig`](crate::cache::CacheConfig)).
 //!
 //! In production (`APP_ENV=production`, or `APP_ENV` unset) a setting that
 //! resolves to the in-memory limiter refuses to boot unless

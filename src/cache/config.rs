@@ -17,7 +17,7 @@ use crate::redis_client::{RedisConfig, RedisConnection};
 pub enum CacheStoreKind {
     /// [`MemoryStore`]: this process only (`CACHE_STORE=memory` or `array`).
     Memory,
-    /// [`RedisStore`](super::RedisStore): shared by every process on one
+    /// `RedisStore` (feature `redis`): shared by every process on one
     /// Redis (`CACHE_STORE=redis`).
     Redis,
 }
@@ -52,12 +52,13 @@ pub enum CacheStoreKind {
 /// use suprnova::cache::{CacheConfig, CacheStoreKind};
 /// use suprnova::config::Env;
 ///
+/// # #[cfg(feature = "redis")] {
 /// let env = Env::from_pairs([("CACHE_STORE", "redis"), ("REDIS_HOST", "cache.internal")]);
 /// let config = CacheConfig::from_env(&env).unwrap();
 /// assert_eq!(config.store, CacheStoreKind::Redis);
 /// assert_eq!(config.key_prefix(), "laravel-database-laravel-cache-");
-/// # #[cfg(feature = "redis")]
 /// assert_eq!(config.redis.unwrap().nodes(), ["redis://cache.internal:6379/1"]);
+/// # }
 ///
 /// let err = CacheConfig::from_env(&Env::from_pairs([("CACHE_STORE", "file")])).unwrap_err();
 /// assert!(err.to_string().contains("CACHE_STORE"));

@@ -26,7 +26,7 @@ use crate::sweep::SweepSchedule;
 /// atomic on its key.
 ///
 /// The counts are per process: behind several replicas each one counts for
-/// itself. Share a [`RedisStore`](super::RedisStore) to count across them.
+/// itself. Share a `RedisStore` (feature `redis`) to count across them.
 ///
 /// ```
 /// use std::time::Duration;

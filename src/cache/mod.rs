@@ -1,7 +1,7 @@
 //! The cache the Laravel-shape facade counts in.
 //!
 //! A [`Store`] keeps string values under string keys with a time to live;
-//! [`MemoryStore`] keeps them in this process, [`RedisStore`] (feature
+//! [`MemoryStore`] keeps them in this process, `RedisStore` (feature
 //! `redis`) in Redis or a Redis Cluster with the key layout of Laravel's Redis
 //! cache store, so a Laravel application and this crate share counters.
 //! [`CacheConfig`] reads the choice from the environment, and [`Cache`] is the

@@ -21,7 +21,7 @@ use crate::http::BoxError;
 /// given.
 ///
 /// Implementations: [`MemoryStore`](super::MemoryStore) and, with the
-/// `redis` feature, [`RedisStore`](super::RedisStore). The store an
+/// `redis` feature, `RedisStore`. The store an
 /// application uses is installed in the container as `Arc<dyn Store>`.
 ///
 /// A store of your own, for example one that keeps nothing:

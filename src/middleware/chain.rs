@@ -11,7 +11,7 @@ use crate::routing::Handler;
 /// middleware, and in the end the handler.
 pub type Next = Box<dyn FnOnce(Request) -> BoxFuture<'static, Response> + Send>;
 
-/// Code that runs around a route's handler; see the [module docs](self).
+/// Code that runs around a route's handler; see the [module docs](crate::middleware).
 #[async_trait::async_trait]
 pub trait Middleware: Send + Sync + 'static {
     /// Handles `request`, calling `next(request).await` to run the rest of

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod http;
+pub mod load;
 pub mod redis;
 
 use chrono::{TimeZone, Utc};
