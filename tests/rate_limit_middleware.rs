@@ -7,7 +7,7 @@ mod support;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -444,6 +444,7 @@ async fn over_quota_is_429_whatever_the_policy() {
 #[cfg(feature = "redis")]
 mod on_redis {
     use super::*;
+    use std::time::Instant;
     use support::redis::RedisServer;
     use suprnova::rate_limit::redis::RedisRateLimiter;
     use suprnova::redis_client::{RedisConfig, RedisConnection};
