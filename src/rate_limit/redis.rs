@@ -153,13 +153,14 @@ impl RateLimiterDriver for RedisRateLimiter {
             return Ok(Decision::refused(0, config.window));
         }
         let reply = self.run(key, config, true).await?;
+        if reply.admitted {
+            // The script skips the lookup of the oldest hit for a call it
+            // admits: no reset time, which only a refusal reports.
+            return Ok(Decision::allowed(max, max.saturating_sub(reply.count)));
+        }
         let frees_at = reply.gate_us.saturating_add(window_micros(config));
-        let decision = if reply.admitted {
-            Decision::allowed(max, max.saturating_sub(reply.count))
-        } else {
-            Decision::refused(max, micros_until(frees_at, reply.now_us))
-        };
-        Ok(decision.with_reset_at(unix_secs_ceil(frees_at)))
+        Ok(Decision::refused(max, micros_until(frees_at, reply.now_us))
+            .with_reset_at(unix_secs_ceil(frees_at)))
     }
 
     async fn retry_after(

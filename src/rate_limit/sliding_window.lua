@@ -3,8 +3,8 @@
 -- The bucket is a sorted set: one member per admitted hit, whose score and
 -- member are the same integer, the Redis TIME of the hit in microseconds.
 -- Integer members keep the set small (listpack-encoded integers) and unique
--- (a hit in the same microsecond as the newest is stamped one microsecond
--- later). The time is Redis's own, so application servers with skewed
+-- (ZADD NX refuses a stamp that is taken, and the hit takes the next free
+-- microsecond). The time is Redis's own, so application servers with skewed
 -- clocks agree on one window.
 --
 -- KEYS[1]  the bucket
@@ -18,9 +18,11 @@
 -- Returns {admitted, count, gate, now}:
 --   admitted  1 when this call was admitted and recorded, else 0
 --   count     the hits in the window after the call
---   gate      the time (us) of the hit whose leaving frees a place: the
---             hit at index count - max_requests, or the oldest hit when the
---             bucket is under its limit; 0 when the bucket is empty
+--   gate      when not admitted: the time (us) of the hit whose leaving
+--             frees a place, the hit at index count - max_requests, or the
+--             oldest hit when the bucket is under its limit; 0 when the
+--             bucket is empty, and 0 for an admitted call (a caller that got
+--             in needs no time to come back, and the lookup is saved)
 --   now       Redis TIME in microseconds
 
 -- Redis before 5 must be told to replicate a script's writes rather than
@@ -43,20 +45,20 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
 local count = redis.call('ZCARD', key)
 
-local admitted = 0
 if admit and count < max then
   local stamp = now
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if newest[2] and tonumber(newest[2]) >= stamp then
-    stamp = tonumber(newest[2]) + 1
-  end
   local member = string.format('%d', stamp)
-  redis.call('ZADD', key, member, member)
-  count = count + 1
-  admitted = 1
+  while redis.call('ZADD', key, 'NX', member, member) == 0 do
+    stamp = stamp + 1
+    member = string.format('%d', stamp)
+  end
   -- The key lives until its newest hit leaves the window, then Redis drops
   -- it by itself. (A refused call changes no hit, so it keeps this expiry.)
+  -- Should Redis's clock step back, hits stamped before the step would
+  -- outlive this expiry by the size of the step; Redis clocks slew rather
+  -- than step, and the lookup that would cover it costs every call.
   redis.call('PEXPIRE', key, string.format('%d', math.ceil((stamp + window - now) / 1000)))
+  return {1, count + 1, 0, now}
 end
 
 local gate = 0
@@ -66,4 +68,4 @@ if count > 0 then
   gate = tonumber(hit[2])
 end
 
-return {admitted, count, gate, now}
+return {0, count, gate, now}
