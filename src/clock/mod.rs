@@ -20,12 +20,17 @@
 //! assert_eq!(clock.now_utc().to_rfc3339(), "2026-01-01T12:00:59+00:00");
 //! ```
 
+mod fake;
+mod system;
+
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+
+pub use fake::FakeClock;
+pub use system::SystemClock;
 
 /// A source of the current time, as a duration since the Unix epoch.
 ///
@@ -55,79 +60,9 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
 /// A shared, dynamically typed clock, as components hold it.
 pub type SharedClock = Arc<dyn Clock>;
 
-/// The wall clock of the machine.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> Duration {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-    }
-}
-
 /// The system clock as a [`SharedClock`].
 pub fn system() -> SharedClock {
     Arc::new(SystemClock)
-}
-
-/// A clock that stands still until it is moved.
-///
-/// Clones share one time: advance any clone and every holder sees it. The
-/// resolution is one nanosecond.
-#[derive(Clone)]
-pub struct FakeClock {
-    nanos: Arc<AtomicU64>,
-}
-
-impl FakeClock {
-    /// A clock frozen at `at`. Instants before 1970 are clamped to the epoch.
-    pub fn at(at: DateTime<Utc>) -> Self {
-        let clock = Self {
-            nanos: Arc::new(AtomicU64::new(0)),
-        };
-        clock.set(at);
-        clock
-    }
-
-    /// A clock frozen at `secs` seconds after the Unix epoch.
-    pub fn at_unix(secs: u64) -> Self {
-        Self {
-            nanos: Arc::new(AtomicU64::new(secs.saturating_mul(1_000_000_000))),
-        }
-    }
-
-    /// Moves the clock forward by `by`.
-    pub fn advance(&self, by: Duration) {
-        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        self.nanos.fetch_add(by, Ordering::SeqCst);
-    }
-
-    /// Moves the clock to `at`, forward or backward.
-    pub fn set(&self, at: DateTime<Utc>) {
-        let nanos = at
-            .timestamp_nanos_opt()
-            .map_or(0, |n| u64::try_from(n).unwrap_or(0));
-        self.nanos.store(nanos, Ordering::SeqCst);
-    }
-
-    /// This clock as a [`SharedClock`] that moves with it.
-    pub fn shared(&self) -> SharedClock {
-        Arc::new(self.clone())
-    }
-}
-
-impl Clock for FakeClock {
-    fn now(&self) -> Duration {
-        Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
-    }
-}
-
-impl fmt::Debug for FakeClock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("FakeClock").field(&self.now_utc()).finish()
-    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,68 @@
+//! `FakeClock`: a clock for tests, frozen until it is moved.
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{Clock, SharedClock};
+
+/// A clock that stands still until it is moved.
+///
+/// Clones share one time: advance any clone and every holder sees it. The
+/// resolution is one nanosecond.
+#[derive(Clone)]
+pub struct FakeClock {
+    nanos: Arc<AtomicU64>,
+}
+
+impl FakeClock {
+    /// A clock frozen at `at`. Instants before 1970 are clamped to the epoch.
+    pub fn at(at: DateTime<Utc>) -> Self {
+        let clock = Self {
+            nanos: Arc::new(AtomicU64::new(0)),
+        };
+        clock.set(at);
+        clock
+    }
+
+    /// A clock frozen at `secs` seconds after the Unix epoch.
+    pub fn at_unix(secs: u64) -> Self {
+        Self {
+            nanos: Arc::new(AtomicU64::new(secs.saturating_mul(1_000_000_000))),
+        }
+    }
+
+    /// Moves the clock forward by `by`.
+    pub fn advance(&self, by: Duration) {
+        let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
+        self.nanos.fetch_add(by, Ordering::SeqCst);
+    }
+
+    /// Moves the clock to `at`, forward or backward.
+    pub fn set(&self, at: DateTime<Utc>) {
+        let nanos = at
+            .timestamp_nanos_opt()
+            .map_or(0, |n| u64::try_from(n).unwrap_or(0));
+        self.nanos.store(nanos, Ordering::SeqCst);
+    }
+
+    /// This clock as a [`SharedClock`] that moves with it.
+    pub fn shared(&self) -> SharedClock {
+        Arc::new(self.clone())
+    }
+}
+
+impl Clock for FakeClock {
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
+    }
+}
+
+impl fmt::Debug for FakeClock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("FakeClock").field(&self.now_utc()).finish()
+    }
+}
