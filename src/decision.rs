@@ -9,6 +9,8 @@
 
 use std::time::Duration;
 
+use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
+
 use crate::http::HttpResponse;
 
 /// `X-RateLimit-Limit`.
@@ -19,6 +21,10 @@ pub const REMAINING_HEADER: &str = "X-RateLimit-Remaining";
 pub const RESET_HEADER: &str = "X-RateLimit-Reset";
 /// `Retry-After`.
 pub const RETRY_AFTER_HEADER: &str = "Retry-After";
+
+static LIMIT: HeaderName = HeaderName::from_static("x-ratelimit-limit");
+static REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+static RESET: HeaderName = HeaderName::from_static("x-ratelimit-reset");
 
 /// The outcome of one rate-limit check.
 ///
@@ -90,15 +96,46 @@ impl Decision {
     /// places left always; `Retry-After` and `X-RateLimit-Reset` (when
     /// known) on a refusal.
     pub fn apply_headers(&self, response: &mut HttpResponse) {
-        response.set_header(LIMIT_HEADER, self.limit.to_string());
-        response.set_header(REMAINING_HEADER, self.remaining.to_string());
+        // Every response of a limited route carries these: names parsed once,
+        // values formatted without a detour through `String`.
+        let headers = response.headers_mut();
+        headers.insert(LIMIT.clone(), HeaderValue::from(self.limit));
+        headers.insert(REMAINING.clone(), HeaderValue::from(self.remaining));
         if !self.allowed {
             if let Some(secs) = self.retry_after_secs() {
-                response.set_header(RETRY_AFTER_HEADER, secs.to_string());
+                headers.insert(RETRY_AFTER, HeaderValue::from(secs));
             }
             if let Some(reset) = self.reset_at {
-                response.set_header(RESET_HEADER, reset.to_string());
+                headers.insert(RESET.clone(), HeaderValue::from(reset));
             }
+        }
+    }
+
+    /// Writes this decision's headers on a response that passed, unless
+    /// the response already reports as few retries or fewer: a handler, or
+    /// a limit nested inside this one, that knows of a tighter limit keeps
+    /// its pair. A reported value that is not a whole number is replaced.
+    ///
+    /// ```
+    /// use suprnova::HttpResponse;
+    /// use suprnova::decision::Decision;
+    ///
+    /// let mut tighter = HttpResponse::new().header("X-RateLimit-Limit", "5").header("X-RateLimit-Remaining", "1");
+    /// Decision::allowed(60, 59).apply_headers_unless_tighter(&mut tighter);
+    /// assert_eq!(tighter.header_str("x-ratelimit-limit"), Some("5"));
+    ///
+    /// let mut looser = HttpResponse::new().header("X-RateLimit-Remaining", "99");
+    /// Decision::allowed(60, 59).apply_headers_unless_tighter(&mut looser);
+    /// assert_eq!(looser.header_str("x-ratelimit-remaining"), Some("59"));
+    /// ```
+    pub fn apply_headers_unless_tighter(&self, response: &mut HttpResponse) {
+        let reported = response
+            .headers()
+            .get(&REMAINING)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if reported.is_none_or(|reported| reported > self.remaining) {
+            self.apply_headers(response);
         }
     }
 

@@ -35,6 +35,14 @@ use super::entities::entity_name;
 /// assert_eq!(clean_rate_limiter_key("it&#039;s"), "ita#039;s");
 /// ```
 pub fn clean_rate_limiter_key(key: &str) -> String {
+    // Most keys (addresses, ids, paths) are printable ASCII with none of
+    // the five characters an entity replaces: they come back unchanged.
+    if key
+        .bytes()
+        .all(|b| b.is_ascii() && !matches!(b, b'&' | b'<' | b'>' | b'"' | b'\''))
+    {
+        return key.to_owned();
+    }
     let mut out = String::with_capacity(key.len());
     for c in key.chars() {
         if c == '\'' {

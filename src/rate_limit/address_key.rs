@@ -1,7 +1,7 @@
 //! Bucket keys named by the client address.
 
 use crate::Request;
-use crate::keys::{bucket_address, unique_token};
+use crate::keys::{push_bucket_address, unique_token};
 
 /// `<prefix>:<bucket address>` for a request with an address
 /// ([`Request::ip_addr`], through the trusted proxies); for one without, a key
@@ -10,10 +10,24 @@ use crate::keys::{bucket_address, unique_token};
 /// A request with no address gets a bucket of its own: one shared bucket for
 /// all of them would let one caller use it up and lock the others out.
 pub(crate) fn address_key(request: &Request, prefix: &str) -> String {
+    address_key_with(request, prefix, "")
+}
+
+/// [`address_key`] followed by `suffix`, built in one buffer: this runs on
+/// every request of a per-address limit.
+pub(crate) fn address_key_with(request: &Request, prefix: &str, suffix: &str) -> String {
+    let mut key = String::with_capacity(prefix.len() + suffix.len() + 48);
+    key.push_str(prefix);
+    key.push(':');
     match request.ip_addr() {
-        Some(ip) => format!("{prefix}:{}", bucket_address(ip)),
-        None => format!("{prefix}:no-address:{}", unique_token()),
+        Some(ip) => push_bucket_address(&mut key, ip),
+        None => {
+            key.push_str("no-address:");
+            key.push_str(&unique_token());
+        }
     }
+    key.push_str(suffix);
+    key
 }
 
 #[cfg(test)]

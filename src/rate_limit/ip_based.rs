@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::SlidingWindowConfig;
-use super::address_key::address_key;
+use super::address_key::address_key_with;
 use super::middleware::{LimiterSource, RateLimitMiddleware};
 
 impl RateLimitMiddleware {
@@ -41,9 +41,9 @@ impl RateLimitMiddleware {
     /// client shares the proxy's bucket.
     pub fn ip_based(max_requests: u32, window: Duration) -> Self {
         let config = SlidingWindowConfig::new(max_requests, window);
-        let limit = format!("{max_requests}:{}", window.as_millis());
+        let limit = format!(":{max_requests}:{}", window.as_millis());
         RateLimitMiddleware::with_source(LimiterSource::Installed, config, move |req| {
-            format!("{}:{limit}", address_key(req, "ip"))
+            address_key_with(req, "ip", &limit)
         })
     }
 }

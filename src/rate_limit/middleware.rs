@@ -11,7 +11,7 @@ use super::{
     BackendErrorPolicy, ConnectionsPerIp, RateLimitError, RateLimiterDriver, SlidingWindowConfig,
 };
 use crate::container::App;
-use crate::decision::{Decision, REMAINING_HEADER, RETRY_AFTER_HEADER};
+use crate::decision::{Decision, RETRY_AFTER_HEADER};
 use crate::http::HttpResponse;
 use crate::middleware::{Middleware, Next};
 use crate::{Request, Response};
@@ -243,6 +243,10 @@ impl RateLimitMiddleware {
             }
         };
         let config = &self.config;
+        if let [key] = keys {
+            // The common case: one bucket, one call, nothing to combine.
+            return limiter.acquire(key, config).await;
+        }
         let outcomes = join_all(keys.iter().map(|key| limiter.acquire(key, config))).await;
         let mut decisions = Vec::with_capacity(outcomes.len());
         let mut backend_error = None;
@@ -299,18 +303,6 @@ fn combine(decisions: Vec<Decision>) -> Decision {
         .unwrap_or_else(|| Decision::allowed(0, 0))
 }
 
-/// Writes the limit's pair on a passed response, unless the response
-/// already carries a pair with no more retries left (an inner limit's).
-fn with_headers(mut response: HttpResponse, decision: &Decision) -> HttpResponse {
-    let inner_remaining = response
-        .header_str(REMAINING_HEADER)
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if inner_remaining.is_none_or(|inner| inner > decision.remaining) {
-        decision.apply_headers(&mut response);
-    }
-    response
-}
-
 #[async_trait]
 impl Middleware for RateLimitMiddleware {
     async fn handle(&self, mut request: Request, next: Next) -> Response {
@@ -329,10 +321,12 @@ impl Middleware for RateLimitMiddleware {
             Ok(decision) if !decision.allowed => {
                 Err(decision.too_many_requests(TOO_MANY_REQUESTS_BODY))
             }
-            Ok(decision) => match next(request).await {
-                Ok(response) => Ok(with_headers(response, &decision)),
-                Err(response) => Err(with_headers(response, &decision)),
-            },
+            Ok(decision) => {
+                let mut outcome = next(request).await;
+                let (Ok(response) | Err(response)) = &mut outcome;
+                decision.apply_headers_unless_tighter(response);
+                outcome
+            }
             Err(error) => match self.backend_failed(&error, &request) {
                 Some(refusal) => Err(refusal),
                 None => next(request).await,
@@ -375,18 +369,5 @@ mod tests {
         let d = combine(vec![Decision::allowed(3, 2), Decision::allowed(3, 0)]);
         assert!(d.allowed);
         assert_eq!(d.remaining, 0);
-    }
-
-    #[test]
-    fn an_inner_pair_with_fewer_retries_is_kept() {
-        let inner = HttpResponse::text("ok")
-            .header("X-RateLimit-Limit", "3")
-            .header("X-RateLimit-Remaining", "1");
-        let r = with_headers(inner.clone(), &Decision::allowed(20, 10));
-        assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
-        assert_eq!(r.header_str("x-ratelimit-remaining"), Some("1"));
-        let r = with_headers(inner, &Decision::allowed(20, 0));
-        assert_eq!(r.header_str("x-ratelimit-limit"), Some("20"));
-        assert_eq!(r.header_str("x-ratelimit-remaining"), Some("0"));
     }
 }

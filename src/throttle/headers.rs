@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::decision::{Decision, REMAINING_HEADER};
+use crate::decision::Decision;
 use crate::http::{HttpResponse, Request};
 use crate::limiter::Limit;
 
@@ -63,17 +63,11 @@ pub(super) fn tightest(limits: &[Limit], counts: &[i64]) -> Option<(i64, i64)> {
 }
 
 /// Sets `X-RateLimit-Limit` and `X-RateLimit-Remaining`, unless the
-/// response already reports `remaining` or fewer retries: a handler, or a
-/// throttle nested inside this one, that knows of a tighter limit keeps its
-/// headers. A value that is not a whole number is replaced.
+/// response already reports `remaining` or fewer retries (see
+/// [`Decision::apply_headers_unless_tighter`]).
 pub(super) fn report(response: &mut HttpResponse, max_attempts: i64, remaining: i64) {
-    let reported = response
-        .header_str(REMAINING_HEADER)
-        .and_then(|value| value.trim().parse::<i64>().ok());
-    if reported.is_some_and(|reported| reported <= remaining) {
-        return;
-    }
-    Decision::allowed(count_header(max_attempts), count_header(remaining)).apply_headers(response);
+    Decision::allowed(count_header(max_attempts), count_header(remaining))
+        .apply_headers_unless_tighter(response);
 }
 
 /// A count as a header number: never below 0.

@@ -4,7 +4,7 @@
 //! cleans them once, as Laravel's does.
 
 use crate::http::Request;
-use crate::keys::unique_token;
+use crate::keys::{push_ip, unique_token};
 
 /// Who a request is counted as: `user:<id>` for a signed-in user,
 /// `ip:<address>` for a guest ([`Request::ip`], through the trusted
@@ -18,16 +18,25 @@ pub(super) fn caller_key(request: &Request) -> String {
     if let Some(id) = request.user_id() {
         return format!("user:{id}");
     }
-    match request.ip() {
-        Some(ip) => format!("ip:{ip}"),
-        None => format!("ip:no-address:{}", unique_token()),
+    let mut key = String::with_capacity(48);
+    key.push_str("ip:");
+    match request.ip_addr() {
+        Some(ip) => push_ip(&mut key, ip),
+        None => {
+            key.push_str("no-address:");
+            key.push_str(&unique_token());
+        }
     }
+    key
 }
 
 /// The caller on this path: `user:<id>:path:<path>` or
 /// `ip:<address>:path:<path>`.
 pub(super) fn caller_on_path_key(request: &Request) -> String {
-    format!("{}:path:{}", caller_key(request), request.path())
+    let mut key = caller_key(request);
+    key.push_str(":path:");
+    key.push_str(request.path());
+    key
 }
 
 /// The key of a named limiter's limit: `<name>:<limit key>`, as Laravel
