@@ -6,7 +6,7 @@
 //! of a decision. So the wall time is read from the CPU's time-stamp counter
 //! (through `quanta`, calibrated against the monotonic clock once per
 //! process), anchored to the operating system's wall time, and re-anchored
-//! every [`REANCHOR_EVERY`] so that a wall clock adjusted by NTP is followed
+//! every 100 ms so that a wall clock adjusted by NTP is followed
 //! within that time. Where the counter is not usable, `quanta` reads the
 //! monotonic clock instead, and the result is the same wall time at the
 //! usual cost.
@@ -19,12 +19,12 @@ use super::Clock;
 
 /// How long the clock runs on the counter before it reads the operating
 /// system's wall time again.
-pub const REANCHOR_EVERY: Duration = Duration::from_millis(100);
+pub(crate) const REANCHOR_EVERY: Duration = Duration::from_millis(100);
 
 /// The wall clock of the machine.
 ///
 /// Cheap to read (a time-stamp counter read and a few arithmetic steps), and
-/// within [`REANCHOR_EVERY`] of any change an operator or NTP makes to the
+/// within 100 ms of any change an operator or NTP makes to the
 /// wall clock. Every `SystemClock` reads one process-wide source.
 ///
 /// ```
