@@ -19,7 +19,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
@@ -239,14 +239,7 @@ impl Quickstart {
             .await
             .expect("the quickstart answered within 10 s")
             .expect("the request reached the quickstart");
-        let status = response.status().as_u16();
-        let headers = response.headers().clone();
-        let body = response.into_body().collect().await.unwrap().to_bytes();
-        Reply {
-            status,
-            headers,
-            body: String::from_utf8_lossy(&body).into_owned(),
-        }
+        Reply::read(response).await
     }
 
     async fn get(&self, path: &str) -> Reply {

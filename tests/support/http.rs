@@ -32,6 +32,18 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// Reads a response whole: status, headers and body as text.
+    pub async fn read(response: http::Response<hyper::body::Incoming>) -> Reply {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Reply {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
     /// A header as text.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
@@ -115,12 +127,5 @@ async fn send_from(local: Option<IpAddr>, request: Request<Full<Bytes>>) -> Repl
     connector.set_nodelay(true);
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
     let response = client.request(request).await.expect("request failed");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let body = response.into_body().collect().await.unwrap().to_bytes();
-    Reply {
-        status,
-        headers,
-        body: String::from_utf8_lossy(&body).into_owned(),
-    }
+    Reply::read(response).await
 }
