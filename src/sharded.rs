@@ -11,10 +11,16 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
+use compact_str::CompactString;
 use foldhash::fast::RandomState;
 
-/// The entries of one shard, by key.
-pub(crate) type Shard<V> = HashMap<Box<str>, V, RandomState>;
+/// The entries of one shard, by key. A key of up to 24 bytes (an address
+/// key, `user:<id>`) lives inside the table entry itself, so a lookup reads
+/// no second block of memory to compare it.
+pub(crate) type Shard<V> = HashMap<Key, V, RandomState>;
+
+/// A key as the shards store it.
+pub(crate) type Key = CompactString;
 
 /// One shard, on a cache line of its own so two cores working on
 /// neighbouring shards do not fight over one line.

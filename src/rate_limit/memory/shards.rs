@@ -66,9 +66,10 @@ mod tests {
         let block = |n: usize| (n + 16).div_ceil(16) * 16;
         let mut bytes = 0;
         shards.0.for_each_shard(|map| {
-            bytes += map.capacity() * (size_of::<(Box<str>, Bucket)>() + 1);
+            bytes += map.capacity() * (size_of::<(crate::sharded::Key, Bucket)>() + 1);
             for (key, bucket) in map.iter() {
-                bytes += block(key.len()) + block(bucket.heap_bytes());
+                let key_heap = if key.is_heap_allocated() { block(key.len()) } else { 0 };
+                bytes += key_heap + block(bucket.heap_bytes());
             }
         });
         let per_key = bytes / keys;
