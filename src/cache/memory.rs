@@ -51,9 +51,44 @@ pub struct MemoryStore {
 
 #[derive(Debug, Clone)]
 struct Entry {
-    value: String,
+    value: Value,
     /// When the entry expires, as a duration since the Unix epoch.
     expires_at: Option<Duration>,
+}
+
+/// A stored value. Counters and timers, which the rate limiter writes on
+/// every hit, are kept as numbers (as Redis keeps an integer string), so
+/// counting neither parses nor formats text.
+#[derive(Debug, Clone)]
+enum Value {
+    Integer(i64),
+    Text(String),
+}
+
+impl Value {
+    /// A number when `text` is an integer written as Redis writes one (no
+    /// sign but `-`, no leading zero), else the text as given, so that `get`
+    /// gives back exactly what was put.
+    fn from_text(text: &str) -> Self {
+        match text.parse::<i64>() {
+            Ok(n) if n.to_string() == text => Value::Integer(n),
+            _ => Value::Text(text.to_owned()),
+        }
+    }
+
+    fn to_text(&self) -> String {
+        match self {
+            Value::Integer(n) => n.to_string(),
+            Value::Text(text) => text.clone(),
+        }
+    }
+
+    fn integer(&self, key: &str) -> Result<i64, CacheError> {
+        match self {
+            Value::Integer(n) => Ok(*n),
+            Value::Text(text) => parse_integer(key, text),
+        }
+    }
 }
 
 impl Entry {
@@ -142,13 +177,13 @@ impl fmt::Debug for MemoryStore {
 #[async_trait]
 impl Store for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<String>, CacheError> {
-        Ok(self.with_entry(key, |shard, _| shard.get(key).map(|e| e.value.clone())))
+        Ok(self.with_entry(key, |shard, _| shard.get(key).map(|e| e.value.to_text())))
     }
 
     async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
         self.with_entry(key, |shard, now| {
             let entry = Entry {
-                value: value.to_owned(),
+                value: Value::from_text(value),
                 expires_at: Self::expiry(now, ttl),
             };
             shard.insert(key.into(), entry);
@@ -162,7 +197,7 @@ impl Store for MemoryStore {
                 return false;
             }
             let entry = Entry {
-                value: value.to_owned(),
+                value: Value::from_text(value),
                 expires_at: Self::expiry(now, ttl),
             };
             shard.insert(key.into(), entry);
@@ -173,7 +208,7 @@ impl Store for MemoryStore {
     async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError> {
         self.with_entry(key, |shard, _| {
             let current = match shard.get(key) {
-                Some(entry) => parse_integer(key, &entry.value)?,
+                Some(entry) => entry.value.integer(key)?,
                 None => 0,
             };
             let next = current
@@ -182,10 +217,10 @@ impl Store for MemoryStore {
                     key: key.to_owned(),
                 })?;
             match shard.get_mut(key) {
-                Some(entry) => entry.value = next.to_string(),
+                Some(entry) => entry.value = Value::Integer(next),
                 None => {
                     let entry = Entry {
-                        value: next.to_string(),
+                        value: Value::Integer(next),
                         expires_at: None,
                     };
                     shard.insert(key.into(), entry);
@@ -204,7 +239,7 @@ impl Store for MemoryStore {
     ) -> Result<IncrementOutcome, CacheError> {
         self.with_entry(key, |shard, now| {
             let current = match shard.get(key) {
-                Some(entry) => parse_integer(key, &entry.value)?,
+                Some(entry) => entry.value.integer(key)?,
                 None => 0,
             };
             let outcome = IncrementOutcome::decide(current, amount, ceiling);
@@ -213,14 +248,14 @@ impl Store for MemoryStore {
                 // Look up before inserting: only a new key allocates.
                 match shard.get_mut(key) {
                     Some(entry) => {
-                        entry.value = outcome.count.to_string();
+                        entry.value = Value::Integer(outcome.count);
                         if entry.expires_at.is_none() {
                             entry.expires_at = Self::expiry(now, decay);
                         }
                     }
                     None => {
                         let entry = Entry {
-                            value: outcome.count.to_string(),
+                            value: Value::Integer(outcome.count),
                             expires_at: Self::expiry(now, decay),
                         };
                         shard.insert(key.into(), entry);
@@ -256,6 +291,23 @@ fn millis(at: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn values_come_back_as_they_were_put_and_integers_count() {
+        let store = MemoryStore::with_clock(crate::clock::FakeClock::at_unix(1_000).shared());
+        let ttl = Duration::from_secs(60);
+        for text in ["007", "-0", "+5", "12", "-3", "1e3", "i:5;", "abc", ""] {
+            store.put("k", text, ttl).await.unwrap();
+            assert_eq!(store.get("k").await.unwrap().as_deref(), Some(text));
+        }
+        store.put("n", "41", ttl).await.unwrap();
+        assert_eq!(store.increment("n", 1).await.unwrap(), 42);
+        assert_eq!(store.get("n").await.unwrap().as_deref(), Some("42"));
+        store.put("t", "i:7;", ttl).await.unwrap();
+        assert_eq!(store.increment("t", 1).await.unwrap(), 8);
+        store.put("x", "abc", ttl).await.unwrap();
+        assert!(store.increment("x", 1).await.is_err());
+    }
     use crate::clock::FakeClock;
 
     #[tokio::test]

@@ -68,7 +68,11 @@ mod tests {
         shards.0.for_each_shard(|map| {
             bytes += map.capacity() * (size_of::<(crate::sharded::Key, Bucket)>() + 1);
             for (key, bucket) in map.iter() {
-                let key_heap = if key.is_heap_allocated() { block(key.len()) } else { 0 };
+                let key_heap = if key.is_heap_allocated() {
+                    block(key.len())
+                } else {
+                    0
+                };
                 bytes += key_heap + block(bucket.heap_bytes());
             }
         });
