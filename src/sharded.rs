@@ -2,52 +2,73 @@
 //! limiter and the in-memory cache store.
 //!
 //! One lock for a whole map would put every call of every core in one queue.
-//! Here a key's hash picks one of many shards, each a small map behind its
+//! Here a key's hash picks one of many shards, each a small table behind its
 //! own mutex, so calls on different keys rarely wait for each other, and
 //! calls on one key are serialised, which is what makes a decision on that
 //! key exact.
+//!
+//! A lookup on a large map misses the caches, and what it costs is how many
+//! cache lines it touches. So a key is hashed once, for both the shard and
+//! the slot in the shard's table, and each slot is one cache line of its own
+//! holding the key (up to 24 bytes inline) and its value side by side: a
+//! lookup reads the table's control bytes and that one line.
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use compact_str::CompactString;
 use foldhash::fast::RandomState;
+use hashbrown::HashTable;
 
-/// The entries of one shard, by key. A key of up to 24 bytes (an address
-/// key, `user:<id>`) lives inside the table entry itself, so a lookup reads
-/// no second block of memory to compare it.
-pub(crate) type Shard<V> = HashMap<Key, V, RandomState>;
-
-/// A key as the shards store it.
+/// A key as the shards store it. A key of up to 24 bytes (an address key,
+/// `user:<id>`) lives inside the slot itself.
 pub(crate) type Key = CompactString;
+
+/// One entry of a shard's table: a key and its value on one cache line.
+///
+/// The line holds 64 bytes, so a value fits in 40; [`ShardedMap::new`]
+/// refuses to compile for a bigger one.
+#[repr(align(64))]
+#[derive(Debug)]
+pub(crate) struct Slot<V> {
+    pub(crate) key: Key,
+    pub(crate) value: V,
+}
+
+/// The slots of one shard.
+pub(crate) type Table<V> = HashTable<Slot<V>>;
 
 /// One shard, on a cache line of its own so two cores working on
 /// neighbouring shards do not fight over one line.
 #[repr(align(64))]
 #[derive(Debug, Default)]
-struct Padded<V>(Mutex<Shard<V>>);
+struct Padded<V>(Mutex<Table<V>>);
 
 /// A map from string keys to `V`, split over a power-of-two number of
 /// mutex-guarded shards.
 #[derive(Debug)]
 pub(crate) struct ShardedMap<V> {
     shards: Box<[Padded<V>]>,
-    /// Picks the shard. Seeded apart from the maps' own hashers: with one
-    /// seed, every key of a shard would share the hash bits the map indexes
-    /// by, and crowd into a few of its slots.
-    picker: RandomState,
+    /// Hashes a key once for both the shard (bits 32 and up) and the slot
+    /// (the table indexes by the low bits and tags by the top seven).
+    hasher: RandomState,
 }
 
 impl<V> ShardedMap<V> {
     /// `count` shards, rounded up to a power of two (at least one).
     pub(crate) fn new(count: usize) -> Self {
+        const {
+            assert!(
+                size_of::<Slot<V>>() == 64,
+                "a sharded map's value must fit in 40 bytes, beside its key on one cache line"
+            )
+        };
         let count = count.max(1).next_power_of_two();
         Self {
             shards: (0..count)
-                .map(|_| Padded(Mutex::new(HashMap::with_hasher(RandomState::default()))))
+                .map(|_| Padded(Mutex::new(HashTable::new())))
                 .collect(),
-            picker: RandomState::default(),
+            hasher: RandomState::default(),
         }
     }
 
@@ -56,12 +77,17 @@ impl<V> ShardedMap<V> {
         self.shards.len()
     }
 
-    /// Locks the shard that holds `key`.
-    pub(crate) fn lock_for(&self, key: &str) -> MutexGuard<'_, Shard<V>> {
-        let hash = self.picker.hash_one(key);
-        // The high bits are the best mixed; the count is a power of two.
+    /// Locks the shard that holds `key`, for work on that key.
+    pub(crate) fn lock<'k>(&self, key: &'k str) -> Locked<'_, 'k, V> {
+        let hash = self.hasher.hash_one(key);
+        // The count is a power of two.
         let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        lock(&self.shards[index])
+        Locked {
+            table: lock(&self.shards[index]),
+            hasher: &self.hasher,
+            hash,
+            key,
+        }
     }
 
     /// How many entries all shards hold.
@@ -74,27 +100,79 @@ impl<V> ShardedMap<V> {
     /// shard at a time, so calls on other shards go on while it runs.
     pub(crate) fn retain(&self, mut keep: impl FnMut(&str, &mut V) -> bool) {
         for shard in self.shards.iter() {
-            let mut map = lock(shard);
-            map.retain(|key, value| keep(key, value));
-            let len = map.len();
-            if map.capacity() > 64 && len * 4 < map.capacity() {
-                map.shrink_to(len * 2);
+            let mut table = lock(shard);
+            table.retain(|slot| keep(&slot.key, &mut slot.value));
+            let len = table.len();
+            if table.capacity() > 64 && len * 4 < table.capacity() {
+                table.shrink_to(len * 2, |slot| self.hasher.hash_one(slot.key.as_str()));
             }
         }
     }
 
-    /// Runs `f` on every shard in turn, for measurements and tests.
+    /// Runs `f` on every shard's table in turn, for measurements and tests.
     #[cfg(test)]
-    pub(crate) fn for_each_shard(&self, mut f: impl FnMut(&Shard<V>)) {
+    pub(crate) fn for_each_shard(&self, mut f: impl FnMut(&Table<V>)) {
         for shard in self.shards.iter() {
             f(&lock(shard));
         }
     }
 }
 
+/// The shard of one key, locked: what a call reads and changes of that key.
+/// The key's hash is kept, so no step hashes it again.
+pub(crate) struct Locked<'m, 'k, V> {
+    table: MutexGuard<'m, Table<V>>,
+    hasher: &'m RandomState,
+    hash: u64,
+    key: &'k str,
+}
+
+impl<V> Locked<'_, '_, V> {
+    /// The key's value, if it has one.
+    pub(crate) fn get(&self) -> Option<&V> {
+        let key = self.key;
+        self.table
+            .find(self.hash, |slot| slot.key == key)
+            .map(|slot| &slot.value)
+    }
+
+    /// The key's value to change, if it has one.
+    pub(crate) fn get_mut(&mut self) -> Option<&mut V> {
+        let key = self.key;
+        self.table
+            .find_mut(self.hash, |slot| slot.key == key)
+            .map(|slot| &mut slot.value)
+    }
+
+    /// Gives the key `value`, in place of the one it had.
+    pub(crate) fn insert(&mut self, value: V) {
+        if let Some(old) = self.get_mut() {
+            *old = value;
+            return;
+        }
+        let hasher = self.hasher;
+        let slot = Slot {
+            key: self.key.into(),
+            value,
+        };
+        self.table
+            .insert_unique(self.hash, slot, |slot| hasher.hash_one(slot.key.as_str()));
+    }
+
+    /// Takes the key's value out of the map.
+    pub(crate) fn remove(&mut self) -> Option<V> {
+        let key = self.key;
+        let entry = self
+            .table
+            .find_entry(self.hash, |slot| slot.key == key)
+            .ok()?;
+        Some(entry.remove().0.value)
+    }
+}
+
 /// Locks a shard. The code that holds a shard lock does not panic halfway
 /// through a change, so a poisoned lock still guards consistent entries.
-fn lock<V>(shard: &Padded<V>) -> MutexGuard<'_, Shard<V>> {
+fn lock<V>(shard: &Padded<V>) -> MutexGuard<'_, Table<V>> {
     shard.0.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
@@ -107,12 +185,35 @@ mod tests {
         let map: ShardedMap<u32> = ShardedMap::new(5);
         assert_eq!(map.shard_count(), 8);
         for k in 0..1_000_u32 {
-            map.lock_for(&format!("k{k}"))
-                .insert(format!("k{k}").into(), k);
+            map.lock(&format!("k{k}")).insert(k);
         }
         assert_eq!(map.len(), 1_000);
-        assert_eq!(map.lock_for("k7").get("k7"), Some(&7));
+        assert_eq!(map.lock("k7").get(), Some(&7));
         map.retain(|_, v| *v % 2 == 0);
         assert_eq!(map.len(), 500);
+        assert_eq!(map.lock("k7").get(), None);
+        assert_eq!(map.lock("k8").get(), Some(&8));
+    }
+
+    #[test]
+    fn insert_replaces_and_remove_takes_out() {
+        let map: ShardedMap<String> = ShardedMap::new(4);
+        map.lock("a-key-longer-than-twenty-four-bytes")
+            .insert("one".to_owned());
+        map.lock("a-key-longer-than-twenty-four-bytes")
+            .insert("two".to_owned());
+        assert_eq!(map.len(), 1);
+        let mut locked = map.lock("a-key-longer-than-twenty-four-bytes");
+        assert_eq!(locked.get_mut().map(|v| v.as_str()), Some("two"));
+        assert_eq!(locked.remove().as_deref(), Some("two"));
+        assert_eq!(locked.remove(), None);
+        drop(locked);
+        assert_eq!(map.len(), 0);
+    }
+
+    #[test]
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(size_of::<Slot<u64>>(), 64);
+        assert_eq!(align_of::<Slot<u64>>(), 64);
     }
 }

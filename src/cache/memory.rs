@@ -7,7 +7,7 @@ use async_trait::async_trait;
 
 use super::store::{CacheError, IncrementOutcome, Store, parse_integer};
 use crate::clock::{self, SharedClock};
-use crate::sharded::{Shard, ShardedMap};
+use crate::sharded::{Locked, ShardedMap};
 use crate::sweep::SweepSchedule;
 
 /// A cache store in this process's memory, as Laravel's `ArrayStore`.
@@ -142,16 +142,20 @@ impl MemoryStore {
 
     /// Runs `f` on the shard of `key` with the live entry (an expired one is
     /// removed first), after sweeping when a sweep is due.
-    fn with_entry<T>(&self, key: &str, f: impl FnOnce(&mut Shard<Entry>, Duration) -> T) -> T {
+    fn with_entry<T>(
+        &self,
+        key: &str,
+        f: impl FnOnce(&mut Locked<'_, '_, Entry>, Duration) -> T,
+    ) -> T {
         let now = self.clock.now();
         if self.sweep.claim(millis(now)) {
             self.sweep();
         }
-        let mut shard = self.entries.lock_for(key);
-        if shard.get(key).is_some_and(|e| !e.is_live(now)) {
-            shard.remove(key);
+        let mut locked = self.entries.lock(key);
+        if locked.get().is_some_and(|e| !e.is_live(now)) {
+            locked.remove();
         }
-        f(&mut shard, now)
+        f(&mut locked, now)
     }
 
     fn expiry(now: Duration, ttl: Duration) -> Option<Duration> {
@@ -177,7 +181,7 @@ impl fmt::Debug for MemoryStore {
 #[async_trait]
 impl Store for MemoryStore {
     async fn get(&self, key: &str) -> Result<Option<String>, CacheError> {
-        Ok(self.with_entry(key, |shard, _| shard.get(key).map(|e| e.value.to_text())))
+        Ok(self.with_entry(key, |shard, _| shard.get().map(|e| e.value.to_text())))
     }
 
     async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
@@ -186,28 +190,28 @@ impl Store for MemoryStore {
                 value: Value::from_text(value),
                 expires_at: Self::expiry(now, ttl),
             };
-            shard.insert(key.into(), entry);
+            shard.insert(entry);
         });
         Ok(())
     }
 
     async fn add(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CacheError> {
         Ok(self.with_entry(key, |shard, now| {
-            if shard.contains_key(key) {
+            if shard.get().is_some() {
                 return false;
             }
             let entry = Entry {
                 value: Value::from_text(value),
                 expires_at: Self::expiry(now, ttl),
             };
-            shard.insert(key.into(), entry);
+            shard.insert(entry);
             true
         }))
     }
 
     async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError> {
         self.with_entry(key, |shard, _| {
-            let current = match shard.get(key) {
+            let current = match shard.get() {
                 Some(entry) => entry.value.integer(key)?,
                 None => 0,
             };
@@ -216,14 +220,14 @@ impl Store for MemoryStore {
                 .ok_or_else(|| CacheError::Overflow {
                     key: key.to_owned(),
                 })?;
-            match shard.get_mut(key) {
+            match shard.get_mut() {
                 Some(entry) => entry.value = Value::Integer(next),
                 None => {
                     let entry = Entry {
                         value: Value::Integer(next),
                         expires_at: None,
                     };
-                    shard.insert(key.into(), entry);
+                    shard.insert(entry);
                 }
             }
             Ok(next)
@@ -238,7 +242,7 @@ impl Store for MemoryStore {
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError> {
         self.with_entry(key, |shard, now| {
-            let current = match shard.get(key) {
+            let current = match shard.get() {
                 Some(entry) => entry.value.integer(key)?,
                 None => 0,
             };
@@ -246,7 +250,7 @@ impl Store for MemoryStore {
             if outcome.counted {
                 let decay = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
                 // Look up before inserting: only a new key allocates.
-                match shard.get_mut(key) {
+                match shard.get_mut() {
                     Some(entry) => {
                         entry.value = Value::Integer(outcome.count);
                         if entry.expires_at.is_none() {
@@ -258,7 +262,7 @@ impl Store for MemoryStore {
                             value: Value::Integer(outcome.count),
                             expires_at: Self::expiry(now, decay),
                         };
-                        shard.insert(key.into(), entry);
+                        shard.insert(entry);
                     }
                 }
             }
@@ -267,13 +271,13 @@ impl Store for MemoryStore {
     }
 
     async fn forget(&self, key: &str) -> Result<bool, CacheError> {
-        Ok(self.with_entry(key, |shard, _| shard.remove(key).is_some()))
+        Ok(self.with_entry(key, |shard, _| shard.remove().is_some()))
     }
 
     async fn ttl(&self, key: &str) -> Result<Option<Duration>, CacheError> {
         Ok(self.with_entry(key, |shard, now| {
             shard
-                .get(key)
+                .get()
                 .and_then(|e| e.expires_at)
                 .map(|at| at.saturating_sub(now))
         }))

@@ -2,17 +2,20 @@
 //!
 //! A `VecDeque<u16>` would do, but it spends 32 bytes on its handle
 //! (pointer, capacity, head, length, each a `usize`), and that handle sits
-//! in every entry of the shard tables, next to the key. This ring keeps the
-//! capacity in the boxed slice and the head and length as `u32`: 24 bytes.
-//! Eight bytes an entry is about 17 bytes a key at a million keys (the
-//! tables keep spare slots), and smaller entries put more keys in each cache
-//! line and page a lookup touches.
+//! in every slot of the shard tables, next to the key, where a slot is one
+//! cache line. This ring keeps its capacity in the heap block with the words
+//! (a `ThinVec`, one pointer) and the head and length as `u32`: 16 bytes,
+//! which lets a key, its bucket and the ring's handle share 64 bytes.
 
-/// A first-in first-out queue of `u16` words in one boxed slice used as a
+use thin_vec::ThinVec;
+
+/// A first-in first-out queue of `u16` words in one heap block used as a
 /// ring. It never holds more than `u32::MAX` words (8 GiB).
 #[derive(Debug, Clone, Default)]
 pub(super) struct GapRing {
-    words: Box<[u16]>,
+    /// Every word of the block is in use as a ring slot: the vector's
+    /// length is the ring's capacity.
+    words: ThinVec<u16>,
     /// The index of the oldest word.
     head: u32,
     /// How many words the ring holds.
@@ -28,6 +31,17 @@ impl GapRing {
     /// How many words the ring holds without growing.
     pub(super) fn capacity(&self) -> usize {
         self.words.len()
+    }
+
+    /// The bytes of the heap block: the vector's header (its length and
+    /// capacity) and the words; nothing before the first word is stored.
+    #[cfg(test)]
+    pub(super) fn heap_bytes(&self) -> usize {
+        if self.capacity() == 0 {
+            0
+        } else {
+            2 * size_of::<usize>() + self.capacity() * size_of::<u16>()
+        }
     }
 
     /// Forgets every word and keeps the room.
@@ -98,10 +112,9 @@ impl GapRing {
             capacity <= u32::MAX as usize,
             "a rate-limit bucket holds at most 2^32 - 1 words"
         );
-        let mut words = vec![0_u16; capacity].into_boxed_slice();
-        for (slot, word) in words.iter_mut().zip(self.iter()) {
-            *slot = word;
-        }
+        let mut words = ThinVec::with_capacity(capacity);
+        words.extend(self.iter());
+        words.resize(capacity, 0);
         self.words = words;
         self.head = 0;
     }
@@ -163,6 +176,6 @@ mod tests {
     fn an_empty_ring_allocates_nothing() {
         let ring = GapRing::default();
         assert_eq!(ring.capacity(), 0);
-        assert_eq!(size_of::<GapRing>(), 24);
+        assert_eq!(size_of::<GapRing>(), 16);
     }
 }

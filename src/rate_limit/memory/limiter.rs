@@ -162,11 +162,11 @@ impl InMemoryRateLimiter {
         // rounded down, so rounding never lets a hit leave before a whole
         // window has really passed.
         let (now_ms, stamp_ms) = (millis_floor(now), millis_ceil(now));
-        let mut map = self.shards.lock_for(key);
-        let Some(bucket) = map.get_mut(key) else {
+        let mut locked = self.shards.lock(key);
+        let Some(bucket) = locked.get_mut() else {
             // Only a key seen for the first time (or again after its bucket
             // was dropped) allocates.
-            map.insert(key.into(), Bucket::new(stamp_ms, window_ms));
+            locked.insert(Bucket::new(stamp_ms, window_ms));
             return admitted(max, 1, stamp_ms, window_ms);
         };
         if bucket.trim(now_ms, window_ms) {
@@ -194,10 +194,10 @@ impl InMemoryRateLimiter {
             return Some(config.window);
         }
         let window_ms = millis_ceil(config.window);
-        let mut map = self.shards.lock_for(key);
-        let bucket = map.get_mut(key)?;
+        let mut locked = self.shards.lock(key);
+        let bucket = locked.get_mut()?;
         if bucket.trim(millis_floor(now), window_ms) {
-            map.remove(key);
+            locked.remove();
             return None;
         }
         if bucket.len() < max {

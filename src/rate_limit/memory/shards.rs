@@ -2,13 +2,8 @@
 //! different keys rarely wait for each other, and calls on one key are
 //! serialised, which is what makes a decision exact.
 
-use std::sync::MutexGuard;
-
 use super::bucket::Bucket;
-use crate::sharded::{Shard, ShardedMap};
-
-/// The buckets of one shard, by key.
-pub(super) type ShardMap = Shard<Bucket>;
+use crate::sharded::{Locked, ShardedMap};
 
 /// The buckets of every key.
 #[derive(Debug)]
@@ -25,9 +20,9 @@ impl Shards {
         self.0.shard_count()
     }
 
-    /// Locks the shard that holds `key`.
-    pub(super) fn lock_for(&self, key: &str) -> MutexGuard<'_, ShardMap> {
-        self.0.lock_for(key)
+    /// Locks the shard that holds `key`, for work on that key's bucket.
+    pub(super) fn lock<'k>(&self, key: &'k str) -> Locked<'_, 'k, Bucket> {
+        self.0.lock(key)
     }
 
     /// How many buckets all shards hold.
@@ -45,6 +40,7 @@ impl Shards {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sharded::Slot;
 
     // The budget of a key that holds 100 hits: a few hundred bytes all told,
     // against about 1,245 for a `HashMap<String, VecDeque<u64>>`.
@@ -54,26 +50,25 @@ mod tests {
         let keys = 20_000;
         for k in 0..keys {
             let key = format!("user:{k:06}");
-            let mut map = shards.lock_for(&key);
             let mut bucket = Bucket::new(0, 60_000);
             for t in 1..100 {
                 bucket.push(t * 13, 99);
             }
-            map.insert(key.into(), bucket);
+            shards.lock(&key).insert(bucket);
         }
         // Each heap block also costs the allocator a header of about 16
         // bytes and rounds up to 16.
         let block = |n: usize| (n + 16).div_ceil(16) * 16;
         let mut bytes = 0;
-        shards.0.for_each_shard(|map| {
-            bytes += map.capacity() * (size_of::<(crate::sharded::Key, Bucket)>() + 1);
-            for (key, bucket) in map.iter() {
-                let key_heap = if key.is_heap_allocated() {
-                    block(key.len())
+        shards.0.for_each_shard(|table| {
+            bytes += table.capacity() * (size_of::<Slot<Bucket>>() + 1);
+            for slot in table.iter() {
+                let key_heap = if slot.key.is_heap_allocated() {
+                    block(slot.key.len())
                 } else {
                     0
                 };
-                bytes += key_heap + block(bucket.heap_bytes());
+                bytes += key_heap + block(slot.value.heap_bytes());
             }
         });
         let per_key = bytes / keys;
