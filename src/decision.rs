@@ -98,9 +98,10 @@ impl Decision {
     pub fn apply_headers(&self, response: &mut HttpResponse) {
         // Every response of a limited route carries these: names parsed once,
         // values formatted without a detour through `String`.
+        let (limit, remaining) = two_numbers(self.limit, self.remaining);
         let headers = response.headers_mut();
-        headers.insert(LIMIT.clone(), HeaderValue::from(self.limit));
-        headers.insert(REMAINING.clone(), HeaderValue::from(self.remaining));
+        headers.insert(LIMIT.clone(), limit);
+        headers.insert(REMAINING.clone(), remaining);
         if !self.allowed {
             if let Some(secs) = self.retry_after_secs() {
                 headers.insert(RETRY_AFTER, HeaderValue::from(secs));
@@ -147,9 +148,34 @@ impl Decision {
     }
 }
 
+/// Two numbers as header values sharing one buffer: one allocation for
+/// the pair every limited response carries, where `HeaderValue::from`
+/// makes one each.
+fn two_numbers(first: u64, second: u64) -> (HeaderValue, HeaderValue) {
+    use std::fmt::Write as _;
+    // Twenty digits hold any u64.
+    let mut digits = bytes::BytesMut::with_capacity(40);
+    let _ = write!(digits, "{first}");
+    let first = digits.split().freeze();
+    let _ = write!(digits, "{second}");
+    let second = digits.freeze();
+    // Decimal digits are always a valid header value.
+    let value = |bytes| HeaderValue::from_maybe_shared(bytes).expect("digits are a header value");
+    (value(first), value(second))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn numbers_share_a_buffer_and_keep_their_digits() {
+        let (a, b) = two_numbers(u64::MAX, 0);
+        assert_eq!(a, "18446744073709551615");
+        assert_eq!(b, "0");
+        let (a, b) = two_numbers(60, 59);
+        assert_eq!((a.to_str().unwrap(), b.to_str().unwrap()), ("60", "59"));
+    }
 
     #[test]
     fn refused_headers() {

@@ -147,15 +147,62 @@ impl MemoryStore {
         key: &str,
         f: impl FnOnce(&mut Locked<'_, '_, Entry>, Duration) -> T,
     ) -> T {
+        let now = self.now_swept();
+        f(&mut self.live(key, now), now)
+    }
+
+    /// The time, after sweeping when a sweep is due.
+    fn now_swept(&self) -> Duration {
         let now = self.clock.now();
         if self.sweep.claim(millis(now)) {
             self.sweep();
         }
+        now
+    }
+
+    /// The shard of `key`, locked, with an expired entry of `key` removed.
+    fn live<'k>(&self, key: &'k str, now: Duration) -> Locked<'_, 'k, Entry> {
         let mut locked = self.entries.lock(key);
         if locked.get().is_some_and(|e| !e.is_live(now)) {
             locked.remove();
         }
-        f(&mut locked, now)
+        locked
+    }
+
+    /// [`Store::increment_if_below`] on the locked live entry of `key`.
+    fn count_below(
+        shard: &mut Locked<'_, '_, Entry>,
+        key: &str,
+        now: Duration,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        let current = match shard.get() {
+            Some(entry) => entry.value.integer(key)?,
+            None => 0,
+        };
+        let outcome = IncrementOutcome::decide(current, amount, ceiling);
+        if outcome.counted {
+            let decay = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
+            // Look up before inserting: only a new key allocates.
+            match shard.get_mut() {
+                Some(entry) => {
+                    entry.value = Value::Integer(outcome.count);
+                    if entry.expires_at.is_none() {
+                        entry.expires_at = Self::expiry(now, decay);
+                    }
+                }
+                None => {
+                    let entry = Entry {
+                        value: Value::Integer(outcome.count),
+                        expires_at: Self::expiry(now, decay),
+                    };
+                    shard.insert(entry);
+                }
+            }
+        }
+        Ok(outcome)
     }
 
     fn expiry(now: Duration, ttl: Duration) -> Option<Duration> {
@@ -242,32 +289,34 @@ impl Store for MemoryStore {
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError> {
         self.with_entry(key, |shard, now| {
-            let current = match shard.get() {
-                Some(entry) => entry.value.integer(key)?,
-                None => 0,
-            };
-            let outcome = IncrementOutcome::decide(current, amount, ceiling);
-            if outcome.counted {
-                let decay = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
-                // Look up before inserting: only a new key allocates.
-                match shard.get_mut() {
-                    Some(entry) => {
-                        entry.value = Value::Integer(outcome.count);
-                        if entry.expires_at.is_none() {
-                            entry.expires_at = Self::expiry(now, decay);
-                        }
-                    }
-                    None => {
-                        let entry = Entry {
-                            value: Value::Integer(outcome.count),
-                            expires_at: Self::expiry(now, decay),
-                        };
-                        shard.insert(entry);
-                    }
-                }
-            }
-            Ok(outcome)
+            Self::count_below(shard, key, now, decay_seconds, amount, ceiling)
         })
+    }
+
+    /// One clock read for both entries, and the timer kept as the number
+    /// it is.
+    async fn increment_in_window(
+        &self,
+        key: &str,
+        timer_key: &str,
+        ends_at: i64,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        let now = self.now_swept();
+        {
+            let mut timer = self.live(timer_key, now);
+            if timer.get().is_none() {
+                let ttl = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
+                timer.insert(Entry {
+                    value: Value::Integer(ends_at),
+                    expires_at: Self::expiry(now, ttl),
+                });
+            }
+        }
+        let mut counter = self.live(key, now);
+        Self::count_below(&mut counter, key, now, decay_seconds, amount, ceiling)
     }
 
     async fn forget(&self, key: &str) -> Result<bool, CacheError> {
@@ -365,5 +414,91 @@ mod tests {
         assert_eq!(store.len(), 1);
         assert!(!store.has("k").await.unwrap());
         assert_eq!(store.len(), 0);
+    }
+
+    /// A memory store that answers `increment_in_window` with the trait's
+    /// provided method: `add` and `increment_if_below` as two calls.
+    #[derive(Debug)]
+    struct TwoSteps(MemoryStore);
+
+    #[async_trait]
+    impl Store for TwoSteps {
+        async fn get(&self, key: &str) -> Result<Option<String>, CacheError> {
+            self.0.get(key).await
+        }
+        async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
+            self.0.put(key, value, ttl).await
+        }
+        async fn add(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CacheError> {
+            self.0.add(key, value, ttl).await
+        }
+        async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError> {
+            self.0.increment(key, by).await
+        }
+        async fn increment_if_below(
+            &self,
+            key: &str,
+            decay_seconds: i64,
+            amount: i64,
+            ceiling: i64,
+        ) -> Result<IncrementOutcome, CacheError> {
+            self.0
+                .increment_if_below(key, decay_seconds, amount, ceiling)
+                .await
+        }
+        async fn forget(&self, key: &str) -> Result<bool, CacheError> {
+            self.0.forget(key).await
+        }
+        async fn ttl(&self, key: &str) -> Result<Option<Duration>, CacheError> {
+            self.0.ttl(key).await
+        }
+        fn name(&self) -> &'static str {
+            "two steps"
+        }
+    }
+
+    // The fused step leaves exactly what the two calls leave: the timer
+    // written once per window with its end, the counter below the ceiling,
+    // both expiring with the window.
+    #[tokio::test]
+    async fn counting_in_a_window_in_one_step_matches_the_two_calls() {
+        let clock = FakeClock::at_unix(1_000);
+        let fused = MemoryStore::with_clock(clock.shared());
+        let split = TwoSteps(MemoryStore::with_clock(clock.shared()));
+        let stores: [&dyn Store; 2] = [&fused, &split];
+        for step in 0..8_i64 {
+            let ends_at = 1_000 + step / 4 * 10 + 10;
+            let mut seen = Vec::new();
+            for store in stores {
+                let outcome = store
+                    .increment_in_window("k", "k:timer", ends_at, 10, 1, 3)
+                    .await
+                    .unwrap();
+                seen.push((
+                    outcome,
+                    store.get("k").await.unwrap(),
+                    store.get("k:timer").await.unwrap(),
+                    store.ttl("k").await.unwrap(),
+                    store.ttl("k:timer").await.unwrap(),
+                ));
+            }
+            assert_eq!(seen[0], seen[1], "step {step}");
+            clock.advance(Duration::from_millis(2_500));
+        }
+        // A ceiling of 1: the first call counts, the second is refused and
+        // leaves the count; the timer keeps the end of the window the first
+        // call opened.
+        let outcome = fused
+            .increment_in_window("n", "n:timer", 1_050, 60, 1, 1)
+            .await
+            .unwrap();
+        assert_eq!((outcome.counted, outcome.count), (true, 1));
+        let again = fused
+            .increment_in_window("n", "n:timer", 1_051, 60, 1, 1)
+            .await
+            .unwrap();
+        assert_eq!((again.counted, again.count), (false, 1));
+        assert_eq!(fused.get("n:timer").await.unwrap().as_deref(), Some("1050"));
+        assert_eq!(fused.ttl("n").await.unwrap(), Some(Duration::from_secs(60)));
     }
 }

@@ -92,6 +92,36 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError>;
 
+    /// Opens a rate-limit window and counts in it: [`add`](Store::add) of
+    /// `ends_at` under `timer_key` for `decay_seconds` (at least 1), then
+    /// [`increment_if_below`](Store::increment_if_below) of `key`. The timer
+    /// is written before the counter, so no counter exists without its
+    /// timer.
+    ///
+    /// The provided method starts both calls at once, the timer's first: on
+    /// one multiplexed connection they travel in one round trip and a
+    /// single server runs them in the order sent. A store that can do both
+    /// in one step of its own overrides it, as
+    /// [`MemoryStore`](super::MemoryStore) does (one clock read, no text).
+    async fn increment_in_window(
+        &self,
+        key: &str,
+        timer_key: &str,
+        ends_at: i64,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        let ttl = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
+        let ends_at = ends_at.to_string();
+        let (_, outcome) = futures_util::future::try_join(
+            self.add(timer_key, &ends_at, ttl),
+            self.increment_if_below(key, decay_seconds, amount, ceiling),
+        )
+        .await?;
+        Ok(outcome)
+    }
+
     /// Removes `key`; `true` when it was there.
     async fn forget(&self, key: &str) -> Result<bool, CacheError>;
 

@@ -1,6 +1,8 @@
 //! `clean_rate_limiter_key`: the key cleaning of Laravel's
 //! `RateLimiter::cleanRateLimiterKey`.
 
+use std::borrow::Cow;
+
 use super::entities::entity_name;
 
 /// Cleans a rate-limiter key as Laravel's `cleanRateLimiterKey` does, so
@@ -35,13 +37,19 @@ use super::entities::entity_name;
 /// assert_eq!(clean_rate_limiter_key("it&#039;s"), "ita#039;s");
 /// ```
 pub fn clean_rate_limiter_key(key: &str) -> String {
+    cleaned(key).into_owned()
+}
+
+/// [`clean_rate_limiter_key`] without a copy of a key that needs no
+/// cleaning, for the calls that only read the result.
+pub(crate) fn cleaned(key: &str) -> Cow<'_, str> {
     // Most keys (addresses, ids, paths) are printable ASCII with none of
     // the five characters an entity replaces: they come back unchanged.
     if key
         .bytes()
         .all(|b| b.is_ascii() && !matches!(b, b'&' | b'<' | b'>' | b'"' | b'\''))
     {
-        return key.to_owned();
+        return Cow::Borrowed(key);
     }
     let mut out = String::with_capacity(key.len());
     for c in key.chars() {
@@ -65,7 +73,7 @@ pub fn clean_rate_limiter_key(key: &str) -> String {
             None => out.push(c),
         }
     }
-    out
+    Cow::Owned(out)
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::clean_key::clean_rate_limiter_key;
+use super::clean_key::{clean_rate_limiter_key, cleaned};
 use crate::cache::{CacheError, IncrementOutcome, Store, parse_integer};
 use crate::clock::SharedClock;
 
@@ -133,7 +133,7 @@ impl CacheRateLimiter {
                 0
             },
         };
-        self.count(&clean_rate_limiter_key(key), window, 1).await
+        self.count(&cleaned(key), window, 1).await
     }
 
     /// Counts one attempt and tells whether it went over `max_attempts`:
@@ -162,8 +162,7 @@ impl CacheRateLimiter {
         amount: i64,
     ) -> Result<i64, CacheError> {
         let window = self.window(decay_seconds);
-        self.count(&clean_rate_limiter_key(key), window, amount)
-            .await
+        self.count(&cleaned(key), window, amount).await
     }
 
     /// Takes `amount` attempts back (the count may go to 0 or below), in a
@@ -181,14 +180,14 @@ impl CacheRateLimiter {
 
     /// The count of the open window; 0 when none is open.
     pub async fn attempts(&self, key: &str) -> Result<i64, CacheError> {
-        self.attempts_of(&clean_rate_limiter_key(key)).await
+        self.attempts_of(&cleaned(key)).await
     }
 
     /// The whole seconds until the window ends (`timer - now`, at least 0);
     /// 0 when no window is open. It can be 0 while the window is still open
     /// for a fraction of a second, as in Laravel.
     pub async fn available_in(&self, key: &str) -> Result<i64, CacheError> {
-        let timer = timer_key(&clean_rate_limiter_key(key));
+        let timer = timer_key(&cleaned(key));
         let ends_at = match self.store.get(&timer).await? {
             Some(value) => parse_integer(&timer, &value)?,
             None => return Ok(0),
@@ -216,7 +215,7 @@ impl CacheRateLimiter {
         key: &str,
         max_attempts: i64,
     ) -> Result<bool, CacheError> {
-        let key = clean_rate_limiter_key(key);
+        let key = cleaned(key);
         if self.attempts_of(&key).await? < max_attempts {
             return Ok(false);
         }
@@ -230,12 +229,12 @@ impl CacheRateLimiter {
     /// Removes the count and keeps the timer (the window stays pinned);
     /// `true` when there was a count.
     pub async fn reset_attempts(&self, key: &str) -> Result<bool, CacheError> {
-        self.store.forget(&clean_rate_limiter_key(key)).await
+        self.store.forget(&cleaned(key)).await
     }
 
     /// Removes the count and the timer.
     pub async fn clear(&self, key: &str) -> Result<(), CacheError> {
-        let key = clean_rate_limiter_key(key);
+        let key = cleaned(key);
         self.store.forget(&key).await?;
         self.store.forget(&timer_key(&key)).await?;
         Ok(())
@@ -275,7 +274,7 @@ impl CacheRateLimiter {
         amount: i64,
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError> {
-        let key = clean_rate_limiter_key(key);
+        let key = cleaned(key);
         let window = self.window(decay_seconds);
         if !window.opens() {
             return Ok(IncrementOutcome::decide(0, amount, ceiling));
@@ -283,23 +282,25 @@ impl CacheRateLimiter {
         if amount <= ceiling {
             // The timer first, as `count` does, so that a counter never
             // exists without its timer (too_many_attempts would take that
-            // for an expired window and reset it). The two run concurrently,
-            // the timer polled first: one multiplexed Redis connection then
-            // sends both in one round trip, and a single node runs them in
-            // the order sent. On a cluster the two keys may live on
+            // for an expired window and reset it). On Redis the two run
+            // concurrently, the timer polled first: one multiplexed
+            // connection then sends both in one round trip, and a single
+            // node runs them in the order sent. On a cluster the two keys may live on
             // different nodes, so one that lags could let a new window's
             // counter reach its maximum before any timer of that window is
             // written; a check in that gap would reset the counter as it
             // resets one whose window ended.
-            let timer = timer_key(&key);
-            let ends_at = window.ends_at.to_string();
-            let (_, outcome) = futures_util::future::try_join(
-                self.store.add(&timer, &ends_at, window.ttl()),
-                self.store
-                    .increment_if_below(&key, window.ttl_seconds, amount, ceiling),
-            )
-            .await?;
-            return Ok(outcome);
+            return self
+                .store
+                .increment_in_window(
+                    &key,
+                    &timer_key(&key),
+                    window.ends_at,
+                    window.ttl_seconds,
+                    amount,
+                    ceiling,
+                )
+                .await;
         }
         // An amount above the ceiling counts only on a count below zero,
         // which a decrement left in a window it opened. Count first, so that
@@ -380,5 +381,11 @@ impl fmt::Debug for CacheRateLimiter {
 }
 
 fn timer_key(key: &str) -> String {
-    format!("{key}:timer")
+    let mut timer = String::with_capacity(key.len() + TIMER_SUFFIX.len());
+    timer.push_str(key);
+    timer.push_str(TIMER_SUFFIX);
+    timer
 }
+
+/// What `K:timer` adds to `K`.
+const TIMER_SUFFIX: &str = ":timer";

@@ -40,6 +40,15 @@ pub(super) async fn admit(
     limits: &[Limit],
     request: &Request,
 ) -> Result<Admission, CacheError> {
+    if let [limit] = limits
+        && limit.counts_before_response()
+    {
+        // One limit: nothing to check first and nothing to order.
+        return Ok(match count(limiter, limit, request).await? {
+            Ok(count) => Admission::Admitted(vec![count]),
+            Err(refused) => Admission::Refused(refused),
+        });
+    }
     let mut counts = vec![0; limits.len()];
     let check_first = limits.len() > 1 || limits.iter().any(|l| !l.counts_before_response());
     if check_first {

@@ -65,8 +65,8 @@ impl LimitSource {
         Resolved::Limits(
             limits
                 .into_iter()
-                .map(|limit| {
-                    let key = prefixed(prefix, limit.key.clone());
+                .map(|mut limit| {
+                    let key = prefixed(prefix, std::mem::take(&mut limit.key));
                     limit.by(key)
                 })
                 .collect(),
