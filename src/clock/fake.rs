@@ -57,7 +57,11 @@ impl FakeClock {
 
 impl Clock for FakeClock {
     fn now(&self) -> Duration {
-        Duration::from_nanos(self.nanos.load(Ordering::SeqCst))
+        Duration::from_nanos(self.unix_nanos())
+    }
+
+    fn unix_nanos(&self) -> u64 {
+        self.nanos.load(Ordering::SeqCst)
     }
 }
 

@@ -55,6 +55,13 @@ pub trait Clock: Send + Sync + fmt::Debug + 'static {
     fn unix_millis(&self) -> u64 {
         self.now().as_millis() as u64
     }
+
+    /// Nanoseconds since the Unix epoch, saturating in the year 2554: the
+    /// form the memory driver reads on every decision. Clocks that keep
+    /// nanoseconds override it to skip the detour through [`Duration`].
+    fn unix_nanos(&self) -> u64 {
+        u64::try_from(self.now().as_nanos()).unwrap_or(u64::MAX)
+    }
 }
 
 /// A shared, dynamically typed clock, as components hold it.

@@ -46,7 +46,11 @@ pub struct SystemClock;
 
 impl Clock for SystemClock {
     fn now(&self) -> Duration {
-        Duration::from_nanos(WallTime::get().now_nanos())
+        Duration::from_nanos(self.unix_nanos())
+    }
+
+    fn unix_nanos(&self) -> u64 {
+        WallTime::get().now_nanos()
     }
 }
 
@@ -55,8 +59,8 @@ impl Clock for SystemClock {
 /// an update.
 struct WallTime {
     counter: quanta::Clock,
-    /// The counter's zero.
-    base: quanta::Instant,
+    /// The counter's zero, as the raw reading it scales from.
+    base: u64,
     /// Unix nanoseconds minus counter nanoseconds, at the last anchoring.
     offset: AtomicU64,
     /// Counter nanoseconds at which the next anchoring is due.
@@ -68,7 +72,7 @@ impl WallTime {
         static WALL: OnceLock<WallTime> = OnceLock::new();
         WALL.get_or_init(|| {
             let counter = quanta::Clock::new();
-            let base = counter.now();
+            let base = counter.raw();
             let wall = WallTime {
                 counter,
                 base,
@@ -80,9 +84,10 @@ impl WallTime {
         })
     }
 
+    /// Nanoseconds since the counter's zero: a raw reading scaled in
+    /// integers, with no `Duration` in between.
     fn counter_nanos(&self) -> u64 {
-        let since = self.counter.now().saturating_duration_since(self.base);
-        u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+        self.counter.delta_as_nanos(self.base, self.counter.raw())
     }
 
     fn now_nanos(&self) -> u64 {

@@ -133,9 +133,9 @@ impl InMemoryRateLimiter {
         config: &SlidingWindowConfig,
     ) -> Result<Decision, RateLimitError> {
         config.validate()?;
-        let now = self.clock.now();
+        let now = self.clock.unix_nanos();
         let decision = self.decide(key, config, now);
-        self.sweep_if_due(millis_floor(now));
+        self.sweep_if_due(now / NANOS_PER_MILLI);
         Ok(decision)
     }
 
@@ -146,13 +146,14 @@ impl InMemoryRateLimiter {
         config: &SlidingWindowConfig,
     ) -> Result<Option<Duration>, RateLimitError> {
         config.validate()?;
-        let now = self.clock.now();
+        let now = self.clock.unix_nanos();
         let wait = self.wait_for_place(key, config, now);
-        self.sweep_if_due(millis_floor(now));
+        self.sweep_if_due(now / NANOS_PER_MILLI);
         Ok(wait)
     }
 
-    fn decide(&self, key: &str, config: &SlidingWindowConfig, now: Duration) -> Decision {
+    /// The decision on `key` at `now`, in Unix nanoseconds.
+    fn decide(&self, key: &str, config: &SlidingWindowConfig, now: u64) -> Decision {
         let max = config.max_requests;
         if max == 0 {
             return refused_forever(config, now);
@@ -161,7 +162,7 @@ impl InMemoryRateLimiter {
         // A hit is stamped with `now` rounded up and evicted against `now`
         // rounded down, so rounding never lets a hit leave before a whole
         // window has really passed.
-        let (now_ms, stamp_ms) = (millis_floor(now), millis_ceil(now));
+        let (now_ms, stamp_ms) = (now / NANOS_PER_MILLI, now.div_ceil(NANOS_PER_MILLI));
         let mut locked = self.shards.lock(key);
         let Some(bucket) = locked.get_mut() else {
             // Only a key seen for the first time (or again after its bucket
@@ -187,7 +188,7 @@ impl InMemoryRateLimiter {
         &self,
         key: &str,
         config: &SlidingWindowConfig,
-        now: Duration,
+        now: u64,
     ) -> Option<Duration> {
         let max = config.max_requests;
         if max == 0 {
@@ -196,7 +197,7 @@ impl InMemoryRateLimiter {
         let window_ms = millis_ceil(config.window);
         let mut locked = self.shards.lock(key);
         let bucket = locked.get_mut()?;
-        if bucket.trim(millis_floor(now), window_ms) {
+        if bucket.trim(now / NANOS_PER_MILLI, window_ms) {
             locked.remove();
             return None;
         }
@@ -263,8 +264,8 @@ fn admitted(max: u32, count: u32, oldest_ms: u64, window_ms: u64) -> Decision {
 
 /// A limit of zero: nothing will ever free a place, so the caller is told to
 /// come back after a whole window, the longest any hit could hold a place.
-fn refused_forever(config: &SlidingWindowConfig, now: Duration) -> Decision {
-    let reopen = now.saturating_add(config.window);
+fn refused_forever(config: &SlidingWindowConfig, now: u64) -> Decision {
+    let reopen = Duration::from_nanos(now).saturating_add(config.window);
     let reset = reopen.as_secs() + u64::from(reopen.subsec_nanos() > 0);
     Decision::refused(0, config.window).with_reset_at(i64::try_from(reset).unwrap_or(i64::MAX))
 }
@@ -276,17 +277,14 @@ fn place_frees_at(bucket: &Bucket, max: u32, window_ms: u64) -> u64 {
     bucket.nth(bucket.len() - max).saturating_add(window_ms)
 }
 
-/// The time from `now` until `at_ms`, exact to the clock's resolution.
-fn until(at_ms: u64, now: Duration) -> Duration {
-    Duration::from_millis(at_ms).saturating_sub(now)
+/// The time from `now` (Unix nanoseconds) until `at_ms`, exact to the
+/// clock's resolution.
+fn until(at_ms: u64, now: u64) -> Duration {
+    Duration::from_millis(at_ms).saturating_sub(Duration::from_nanos(now))
 }
 
-/// Whole milliseconds, rounded down.
-fn millis_floor(d: Duration) -> u64 {
-    d.as_secs()
-        .saturating_mul(1_000)
-        .saturating_add(u64::from(d.subsec_millis()))
-}
+/// The clock reads nanoseconds; buckets keep milliseconds.
+const NANOS_PER_MILLI: u64 = 1_000_000;
 
 /// Whole milliseconds, rounded up, so a window is never shortened.
 ///
@@ -308,14 +306,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn millis_round_down_and_up_without_overflow() {
+    fn millis_round_up_without_overflow() {
         let d = Duration::new(12, 345_678_901);
-        assert_eq!(millis_floor(d), 12_345);
         assert_eq!(millis_ceil(d), 12_346);
         assert_eq!(millis_ceil(Duration::from_millis(60_000)), 60_000);
         assert_eq!(millis_ceil(Duration::from_nanos(1)), 1);
         assert_eq!(millis_ceil(Duration::new(5, 999_999_999)), 6_000);
-        assert_eq!(millis_floor(Duration::MAX), u64::MAX);
         assert_eq!(millis_ceil(Duration::MAX), u64::MAX);
     }
 }
