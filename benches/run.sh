@@ -20,7 +20,7 @@ need redis-benchmark "apt-get install redis-tools"
 
 benches=("$@")
 if [ ${#benches[@]} -eq 0 ]; then
-    benches=(memory_driver memory_footprint redis_driver http)
+    benches=(memory_driver memory_footprint redis_driver middleware http)
 fi
 
 out=target/perf

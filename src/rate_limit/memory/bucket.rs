@@ -122,13 +122,24 @@ impl Bucket {
         at
     }
 
-    /// Trims the bucket to the window of its last call and releases spare
-    /// room. Returns `true` when nothing is left.
+    /// Trims the bucket to the window of its last call and, when that
+    /// dropped hits, releases spare room. Returns `true` when nothing is
+    /// left.
+    ///
+    /// A bucket the sweep drops no hit from is not looked at further: the
+    /// room it has is in its heap block, and reading the block of every
+    /// bucket made a sweep over 100,000 buckets fifteen times slower. A
+    /// bucket kept trimmed by its own calls keeps the room of its busiest
+    /// window (at most two bytes a hit of its limit) until its traffic
+    /// stops and a sweep finds hits to drop.
     pub(super) fn sweep(&mut self, now_ms: u64) -> bool {
+        let held = self.count;
         if self.trim(now_ms, unpack_window(self.window)) {
             return true;
         }
-        self.shrink_spare();
+        if self.count < held {
+            self.shrink_spare();
+        }
         false
     }
 
