@@ -7,7 +7,9 @@
 //! ```
 //!
 //! Every contender decides `"user:N"` keys, limit 100 per 60 s, on one hot
-//! key and on 100,000 keys. Three scenarios:
+//! key and on 100,000 keys, walked in the order the limiters first saw them;
+//! the 100,000 keys are also walked in a shuffled order (flood only), as
+//! calls from many clients arrive. Three scenarios:
 //!
 //! - **flood** (1 and 2 OS threads): each contender reads its production
 //!   clock (the driver and the naive log the system clock, governor its
@@ -289,14 +291,55 @@ impl Contender {
 
 const CONTENDERS: [&str; 4] = ["suprnova", "suprnova_dyn", "governor", "naive_log"];
 
-fn key_sets() -> [(&'static str, Vec<String>); 2] {
+/// The keys of a case: the order the limiters first see them in (the fill)
+/// and the order the measured calls walk them in.
+struct KeySet {
+    name: &'static str,
+    first_seen: Vec<String>,
+    walk: Vec<String>,
+}
+
+impl KeySet {
+    fn in_order(name: &'static str, keys: Vec<String>) -> Self {
+        Self {
+            name,
+            walk: keys.clone(),
+            first_seen: keys,
+        }
+    }
+}
+
+/// The hot key; 100,000 keys walked in the order they were first seen (a
+/// limiter that keeps each key in a heap block of its own then reads those
+/// blocks one after the other, and the prefetcher hides them); and the
+/// same keys walked in a shuffled order, as traffic from many clients
+/// arrives. The walk's own strings are allocated in walk order, so reading
+/// the caller's key stays cheap, as for a key a server has just built.
+fn key_sets() -> [KeySet; 3] {
+    let many: Vec<String> = (0..MANY_KEYS).map(|n| format!("user:{n}")).collect();
     [
-        ("hot_key", vec!["user:0".to_owned()]),
-        (
-            "100k_keys",
-            (0..MANY_KEYS).map(|n| format!("user:{n}")).collect(),
-        ),
+        KeySet::in_order("hot_key", vec!["user:0".to_owned()]),
+        KeySet::in_order("100k_keys", many.clone()),
+        KeySet {
+            name: "100k_keys_shuffled",
+            walk: shuffled(&many),
+            first_seen: many,
+        },
     ]
+}
+
+/// `keys` in a fixed pseudo-random order (xorshift, Fisher-Yates), each
+/// string allocated anew in that order.
+fn shuffled(keys: &[String]) -> Vec<String> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
+    for i in (1..order.len()).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order.iter().map(|&i| keys[i].clone()).collect()
 }
 
 fn group_name(scenario: Scenario, keys: &str, threads: usize) -> String {
@@ -311,7 +354,7 @@ fn group_name(scenario: Scenario, keys: &str, threads: usize) -> String {
 fn bench_group(
     group: &mut BenchmarkGroup<'_, WallTime>,
     scenario: Scenario,
-    keys: &[String],
+    keys: &KeySet,
     threads: usize,
 ) {
     group.throughput(Throughput::Elements(1));
@@ -326,16 +369,16 @@ fn bench_group(
         group.bench_function(name, |b| {
             let contender = contender.get_or_insert_with(|| {
                 let contender = Contender::build(name, scenario);
-                contender.fill(keys);
+                contender.fill(&keys.first_seen);
                 contender
             });
-            b.iter_custom(|iters| contender.run_threads(keys, threads, iters))
+            b.iter_custom(|iters| contender.run_threads(&keys.walk, threads, iters))
         });
     }
 }
 
 fn bench(c: &mut Criterion) {
-    for (set, keys) in key_sets() {
+    for keys in key_sets() {
         for (scenario, threads) in [
             (Scenario::Flood, 1),
             (Scenario::Flood, 2),
@@ -343,7 +386,11 @@ fn bench(c: &mut Criterion) {
             (Scenario::FloodFakeClock, 2),
             (Scenario::Sliding, 1),
         ] {
-            let mut group = c.benchmark_group(group_name(scenario, set, threads));
+            // The shuffled walk is measured as production runs: own clocks.
+            if keys.name == "100k_keys_shuffled" && scenario != Scenario::Flood {
+                continue;
+            }
+            let mut group = c.benchmark_group(group_name(scenario, keys.name, threads));
             bench_group(&mut group, scenario, &keys, threads);
             group.finish();
         }
@@ -361,7 +408,7 @@ fn bench_sweep(c: &mut Criterion) {
         let limiter = limiter.get_or_insert_with(|| {
             let clock = FakeClock::at_unix(1_700_000_000);
             let limiter = driver_on(&clock);
-            let keys = &key_sets()[1].1;
+            let keys = &key_sets()[1].first_seen;
             for _ in 0..LIMIT {
                 for key in keys {
                     limiter.acquire_now(key, &CFG).unwrap();
@@ -387,7 +434,7 @@ fn report(since: SystemTime) {
         "case", "suprnova", "governor", "naive_log", "ours/governor", "naive/ours"
     );
     for scenario in Scenario::ALL {
-        for (set, _) in key_sets() {
+        for set in key_sets().map(|keys| keys.name) {
             for threads in [1, 2] {
                 let (Some(ours), Some(gov), Some(naive)) = (
                     ns(scenario, set, threads, "suprnova"),
@@ -422,16 +469,16 @@ fn report(since: SystemTime) {
         }
     }
     for scenario in [Scenario::Flood, Scenario::FloodFakeClock] {
-        for id in ["suprnova", "governor", "naive_log"] {
-            if let (Some(one), Some(two)) = (
-                ns(scenario, "100k_keys", 1, id),
-                ns(scenario, "100k_keys", 2, id),
-            ) {
-                println!(
-                    "{} 100k_keys, throughput of 2 threads / 1 thread, {id}: {:.2}x",
-                    scenario.name(),
-                    one / two
-                );
+        for set in ["100k_keys", "100k_keys_shuffled"] {
+            for id in ["suprnova", "governor", "naive_log"] {
+                if let (Some(one), Some(two)) = (ns(scenario, set, 1, id), ns(scenario, set, 2, id))
+                {
+                    println!(
+                        "{} {set}, throughput of 2 threads / 1 thread, {id}: {:.2}x",
+                        scenario.name(),
+                        one / two
+                    );
+                }
             }
         }
     }
