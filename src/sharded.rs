@@ -211,6 +211,42 @@ mod tests {
         assert_eq!(map.len(), 0);
     }
 
+    proptest::proptest! {
+        // Against a plain HashMap, on any sequence of inserts, removals,
+        // lookups and retains, over short keys (inside the slot) and long
+        // ones (on the heap), the map holds the same entries.
+        #[test]
+        fn agrees_with_a_hash_map(
+            ops in proptest::collection::vec((0_u8..4, 0_u16..300, proptest::bool::ANY), 1..400),
+        ) {
+            let map: ShardedMap<u16> = ShardedMap::new(4);
+            let mut model = std::collections::HashMap::new();
+            for (op, n, long) in ops {
+                let key = if long {
+                    format!("a-key-longer-than-the-slot-holds-{n}")
+                } else {
+                    format!("k{n}")
+                };
+                match op {
+                    0 => {
+                        map.lock(&key).insert(n);
+                        model.insert(key, n);
+                    }
+                    1 => proptest::prop_assert_eq!(map.lock(&key).remove(), model.remove(&key)),
+                    2 => proptest::prop_assert_eq!(map.lock(&key).get().copied(), model.get(&key).copied()),
+                    _ => {
+                        map.retain(|_, v| *v % 3 != n % 3);
+                        model.retain(|_, v| *v % 3 != n % 3);
+                    }
+                }
+                proptest::prop_assert_eq!(map.len(), model.len());
+            }
+            for (key, value) in &model {
+                proptest::prop_assert_eq!(map.lock(key).get().copied(), Some(*value));
+            }
+        }
+    }
+
     #[test]
     fn a_slot_is_one_cache_line() {
         assert_eq!(size_of::<Slot<u64>>(), 64);
