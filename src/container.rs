@@ -107,6 +107,20 @@ impl App {
             .unwrap_or_else(App::global)
     }
 
+    /// Runs `f` on [`App::current`]. Inside an [`App::scope`], as every
+    /// request a server handles is, the container is lent rather than
+    /// cloned: a lookup on the request path then writes no reference count
+    /// that the other cores' requests write too.
+    pub fn with_current<R>(f: impl FnOnce(&App) -> R) -> R {
+        let mut f = Some(f);
+        let lent = SCOPED.try_with(|app| f.take().map(|f| f(app)));
+        match (lent, f) {
+            (Ok(Some(result)), _) => result,
+            (_, Some(f)) => f(&App::current()),
+            (_, None) => unreachable!("`f` runs once: either in the scope or here"),
+        }
+    }
+
     /// Installs `value` under `T`, replacing what was there.
     ///
     /// `T` may be unsized: `app.install::<dyn Trait>(Arc::new(impl))`.
@@ -206,7 +220,7 @@ impl App {
     where
         T: ?Sized + Send + Sync + 'static,
     {
-        App::current().get::<T>()
+        App::with_current(App::get::<T>)
     }
 
     /// The value under `T` in [`App::current`], or an error naming `T`.
@@ -230,7 +244,7 @@ impl App {
     where
         T: ?Sized + Send + Sync + 'static,
     {
-        App::current().make::<T>()
+        App::with_current(App::make::<T>)
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<TypeId, Entry>> {
@@ -301,6 +315,21 @@ mod tests {
             assert_eq!(*App::resolve::<u8>().unwrap(), 2);
         }
         assert_eq!(*App::resolve::<u8>().unwrap(), 1);
+    }
+
+    // The container lent inside a scope is the scope's, and outside any
+    // scope `with_current` sees what `current` sees.
+    #[tokio::test]
+    async fn with_current_lends_the_scope_and_falls_back_outside_it() {
+        let entered = App::new();
+        entered.install(Arc::new(1_u32));
+        let scoped = App::new();
+        scoped.install(Arc::new(2_u32));
+        let _g = entered.enter();
+        let read = || App::with_current(|app| *app.get::<u32>().unwrap());
+        assert_eq!(read(), 1);
+        assert_eq!(scoped.scope(async move { read() }).await, 2);
+        assert_eq!(read(), 1);
     }
 
     #[tokio::test]

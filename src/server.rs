@@ -195,9 +195,8 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    let proxies = App::current()
-        .get::<TrustedProxies>()
-        .unwrap_or_else(|| Arc::new(TrustedProxies::none()));
+    let proxies =
+        App::resolve::<TrustedProxies>().unwrap_or_else(|| Arc::new(TrustedProxies::none()));
     let mut request = Request::new(request).with_trusted_proxies(proxies);
     if let Some(peer) = peer {
         request = request.with_peer(peer);

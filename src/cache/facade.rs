@@ -39,7 +39,7 @@ impl Cache {
     /// The default store of [`App::current`], installing a [`MemoryStore`]
     /// when there is none.
     pub fn store() -> Arc<dyn Store> {
-        store_of(&App::current())
+        App::with_current(store_of)
     }
 
     /// See [`Store::get`].

@@ -56,8 +56,9 @@ impl RateLimiter {
     /// The limiter of [`App::current`], built and installed on first use as
     /// described above.
     pub fn instance() -> Arc<CacheRateLimiter> {
-        let app = App::current();
-        app.get_or_install(|| Arc::new(CacheRateLimiter::new(store_of(&app), clock::system())))
+        App::with_current(|app| {
+            app.get_or_install(|| Arc::new(CacheRateLimiter::new(store_of(app), clock::system())))
+        })
     }
 
     /// See [`CacheRateLimiter::hit`].
