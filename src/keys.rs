@@ -106,12 +106,29 @@ pub fn sha256_hex(value: &str) -> String {
     out
 }
 
+/// Appends the client's address as `push` writes it, or, for a request
+/// with no address, `no-address:` and a [`unique_token`]: a bucket of its
+/// own.
+pub(crate) fn push_address_or_token(
+    out: &mut String,
+    ip: Option<IpAddr>,
+    push: fn(&mut String, IpAddr),
+) {
+    match ip {
+        Some(ip) => push(out, ip),
+        None => {
+            out.push_str("no-address:");
+            out.push_str(&unique_token());
+        }
+    }
+}
+
 /// A token unique to this call: a process-wide counter behind a random
 /// per-process seed, so that replicas sharing one Redis do not hand out the
 /// same tokens. A request with no client address gets a bucket of its own
 /// under such a token: one shared bucket for all of them would let one
 /// caller lock the others out.
-pub(crate) fn unique_token() -> String {
+fn unique_token() -> String {
     static SEED: OnceLock<u64> = OnceLock::new();
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let seed = *SEED.get_or_init(|| {

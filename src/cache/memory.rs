@@ -169,6 +169,24 @@ impl MemoryStore {
         locked
     }
 
+    /// [`Store::add`] on the locked live entry: stores `value()` for `ttl`
+    /// unless the key holds a value; `true` when it stored.
+    fn add_locked(
+        shard: &mut Locked<'_, '_, Entry>,
+        value: impl FnOnce() -> Value,
+        now: Duration,
+        ttl: Duration,
+    ) -> bool {
+        if shard.get().is_some() {
+            return false;
+        }
+        shard.insert(Entry {
+            value: value(),
+            expires_at: Self::expiry(now, ttl),
+        });
+        true
+    }
+
     /// [`Store::increment_if_below`] on the locked live entry of `key`.
     fn count_below(
         shard: &mut Locked<'_, '_, Entry>,
@@ -244,15 +262,7 @@ impl Store for MemoryStore {
 
     async fn add(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CacheError> {
         Ok(self.with_entry(key, |shard, now| {
-            if shard.get().is_some() {
-                return false;
-            }
-            let entry = Entry {
-                value: Value::from_text(value),
-                expires_at: Self::expiry(now, ttl),
-            };
-            shard.insert(entry);
-            true
+            Self::add_locked(shard, || Value::from_text(value), now, ttl)
         }))
     }
 
@@ -305,16 +315,13 @@ impl Store for MemoryStore {
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError> {
         let now = self.now_swept();
-        {
-            let mut timer = self.live(timer_key, now);
-            if timer.get().is_none() {
-                let ttl = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
-                timer.insert(Entry {
-                    value: Value::Integer(ends_at),
-                    expires_at: Self::expiry(now, ttl),
-                });
-            }
-        }
+        let ttl = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
+        Self::add_locked(
+            &mut self.live(timer_key, now),
+            || Value::Integer(ends_at),
+            now,
+            ttl,
+        );
         let mut counter = self.live(key, now);
         Self::count_below(&mut counter, key, now, decay_seconds, amount, ceiling)
     }
@@ -344,10 +351,11 @@ fn millis(at: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::clock::FakeClock;
 
     #[tokio::test]
     async fn values_come_back_as_they_were_put_and_integers_count() {
-        let store = MemoryStore::with_clock(crate::clock::FakeClock::at_unix(1_000).shared());
+        let store = MemoryStore::with_clock(FakeClock::at_unix(1_000).shared());
         let ttl = Duration::from_secs(60);
         for text in ["007", "-0", "+5", "12", "-3", "1e3", "i:5;", "abc", ""] {
             store.put("k", text, ttl).await.unwrap();
@@ -361,7 +369,6 @@ mod tests {
         store.put("x", "abc", ttl).await.unwrap();
         assert!(store.increment("x", 1).await.is_err());
     }
-    use crate::clock::FakeClock;
 
     #[tokio::test]
     async fn a_due_sweep_removes_expired_entries_of_every_shard() {

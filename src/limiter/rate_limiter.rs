@@ -282,14 +282,12 @@ impl CacheRateLimiter {
         if amount <= ceiling {
             // The timer first, as `count` does, so that a counter never
             // exists without its timer (too_many_attempts would take that
-            // for an expired window and reset it). On Redis the two run
-            // concurrently, the timer polled first: one multiplexed
-            // connection then sends both in one round trip, and a single
-            // node runs them in the order sent. On a cluster the two keys may live on
-            // different nodes, so one that lags could let a new window's
-            // counter reach its maximum before any timer of that window is
-            // written; a check in that gap would reset the counter as it
-            // resets one whose window ended.
+            // for an expired window and reset it); the store's
+            // `increment_in_window` keeps that order. On a cluster the two
+            // keys may live on different nodes, so one that lags could let
+            // a new window's counter reach its maximum before any timer of
+            // that window is written; a check in that gap would reset the
+            // counter as it resets one whose window ended.
             return self
                 .store
                 .increment_in_window(

@@ -1,7 +1,7 @@
 //! Bucket keys named by the client address.
 
 use crate::Request;
-use crate::keys::{push_bucket_address, unique_token};
+use crate::keys::{push_address_or_token, push_bucket_address};
 
 /// `<prefix>:<bucket address>` for a request with an address
 /// ([`Request::ip_addr`], through the trusted proxies); for one without, a key
@@ -19,13 +19,7 @@ pub(crate) fn address_key_with(request: &Request, prefix: &str, suffix: &str) ->
     let mut key = String::with_capacity(prefix.len() + suffix.len() + 48);
     key.push_str(prefix);
     key.push(':');
-    match request.ip_addr() {
-        Some(ip) => push_bucket_address(&mut key, ip),
-        None => {
-            key.push_str("no-address:");
-            key.push_str(&unique_token());
-        }
-    }
+    push_address_or_token(&mut key, request.ip_addr(), push_bucket_address);
     key.push_str(suffix);
     key
 }

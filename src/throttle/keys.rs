@@ -4,7 +4,7 @@
 //! cleans them once, as Laravel's does.
 
 use crate::http::Request;
-use crate::keys::{push_ip, unique_token};
+use crate::keys::{push_address_or_token, push_ip};
 
 /// Who a request is counted as: `user:<id>` for a signed-in user,
 /// `ip:<address>` for a guest ([`Request::ip`], through the trusted
@@ -20,13 +20,7 @@ pub(super) fn caller_key(request: &Request) -> String {
     }
     let mut key = String::with_capacity(48);
     key.push_str("ip:");
-    match request.ip_addr() {
-        Some(ip) => push_ip(&mut key, ip),
-        None => {
-            key.push_str("no-address:");
-            key.push_str(&unique_token());
-        }
-    }
+    push_address_or_token(&mut key, request.ip_addr(), push_ip);
     key
 }
 
