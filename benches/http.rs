@@ -36,25 +36,18 @@ mod support;
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use support::redis::RedisProcess;
-use suprnova::cache::{MemoryStore, RedisStore, Store};
-use suprnova::clock;
+use support::servers::{self, router};
+use suprnova::Router;
+use suprnova::cache::RedisStore;
 use suprnova::container::App;
-use suprnova::limiter::CacheRateLimiter;
-use suprnova::middleware::register_middleware_alias_with_args;
-use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::redis::RedisRateLimiter;
-use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
 use suprnova::redis_client::RedisConnection;
-use suprnova::{
-    HttpResponse, Middleware, Next, Request, Response, Router, ThrottleRequestsMiddleware,
-    async_trait,
-};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 
@@ -66,56 +59,15 @@ const SERVERS: [&str; 6] = [
     "driver_redis",
     "throttle_redis",
 ];
-/// Far above the load: every request is admitted.
-const HUGE_LIMIT: u32 = 1_000_000;
-
-/// A middleware that only calls the rest of the chain: what any middleware
-/// costs before it does anything.
-struct PassThrough;
-
-#[async_trait]
-impl Middleware for PassThrough {
-    async fn handle(&self, request: Request, next: Next) -> Response {
-        next(request).await
-    }
-}
-
-/// The quickstart's router, behind the limiter `server` names.
-fn router(server: &str) -> Router {
-    let router = Router::new().get("/", |_req: Request| async {
-        HttpResponse::text("Hello from Suprnova.\n")
-    });
-    match server {
-        "none" => router,
-        "pass_through" => router.middleware(PassThrough),
-        "driver_memory" | "driver_redis" => router.middleware(RateLimitMiddleware::ip_based(
-            HUGE_LIMIT,
-            Duration::from_secs(60),
-        )),
-        "throttle_memory" | "throttle_redis" => {
-            router.middleware_named(&format!("throttle:{HUGE_LIMIT},1"))
-        }
-        other => unreachable!("no server {other}"),
-    }
-}
-
 /// A container with the backends `server` runs on.
 fn container(server: &str, redis: &RedisConnection) -> App {
-    let app = App::new();
-    if server.ends_with("_redis") {
-        let driver: Arc<dyn RateLimiterDriver> =
-            Arc::new(RedisRateLimiter::new(redis.clone()).with_prefix("bench_http:"));
-        let store: Arc<dyn Store> =
-            Arc::new(RedisStore::new(redis.clone()).with_prefix("bench_http_cache:"));
-        app.install(driver);
-        app.install(Arc::new(CacheRateLimiter::new(store, clock::system())));
-    } else {
-        let driver: Arc<dyn RateLimiterDriver> = Arc::new(InMemoryRateLimiter::new());
-        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-        app.install(driver);
-        app.install(Arc::new(CacheRateLimiter::new(store, clock::system())));
+    if !server.ends_with("_redis") {
+        return servers::memory_container();
     }
-    app
+    servers::container_with(
+        Arc::new(RedisRateLimiter::new(redis.clone()).with_prefix("bench_http:")),
+        Arc::new(RedisStore::new(redis.clone()).with_prefix("bench_http_cache:")),
+    )
 }
 
 /// A server running in `runtime` until the sender is dropped or fired.
@@ -254,7 +206,7 @@ fn main() {
         .expect("the client runtime");
     let redis_conn = redis.connection(&server_runtime);
 
-    register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
+    servers::register_throttle();
     println!(
         "== http: {requests} requests over {connections} connections, {rounds} round(s), median round =="
     );

@@ -494,10 +494,7 @@ fn report(since: SystemTime) {
 
 fn main() {
     let since = SystemTime::now();
-    let mut criterion = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(3))
-        .configure_from_args();
+    let mut criterion = support::criterion(Duration::from_secs(3));
     bench(&mut criterion);
     criterion.final_summary();
     report(since);

@@ -18,62 +18,15 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use criterion::Criterion;
-use suprnova::cache::{MemoryStore, Store};
-use suprnova::clock;
-use suprnova::container::App;
-use suprnova::limiter::CacheRateLimiter;
-use suprnova::middleware::register_middleware_alias_with_args;
-use suprnova::rate_limit::memory::InMemoryRateLimiter;
-use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
+use support::servers::{memory_container, register_throttle, router};
+use suprnova::Router;
 use suprnova::server::handle_request_with_peer;
-use suprnova::{
-    HttpResponse, Middleware, Next, Request, Response, Router, ThrottleRequestsMiddleware,
-    async_trait,
-};
 
 const SERVERS: [&str; 4] = ["none", "pass_through", "driver_memory", "throttle_memory"];
-/// Far above the load: every request is admitted.
-const HUGE_LIMIT: u32 = 1_000_000;
 const CLIENTS: usize = 32;
-
-/// A middleware that only calls the rest of the chain.
-struct PassThrough;
-
-#[async_trait]
-impl Middleware for PassThrough {
-    async fn handle(&self, request: Request, next: Next) -> Response {
-        next(request).await
-    }
-}
-
-fn router(server: &str) -> Router {
-    let router = Router::new().get("/", |_req: Request| async {
-        HttpResponse::text("Hello from Suprnova.\n")
-    });
-    match server {
-        "none" => router,
-        "pass_through" => router.middleware(PassThrough),
-        "driver_memory" => router.middleware(RateLimitMiddleware::ip_based(
-            HUGE_LIMIT,
-            Duration::from_secs(60),
-        )),
-        "throttle_memory" => router.middleware_named(&format!("throttle:{HUGE_LIMIT},1")),
-        other => unreachable!("no server {other}"),
-    }
-}
-
-fn container() -> App {
-    let app = App::new();
-    let driver: Arc<dyn RateLimiterDriver> = Arc::new(InMemoryRateLimiter::new());
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    app.install(driver);
-    app.install(Arc::new(CacheRateLimiter::new(store, clock::system())));
-    app
-}
 
 /// `count` requests through `router`, the clients in turn; the time they took.
 async fn serve(router: &Router, clients: &[SocketAddr], count: u64) -> Duration {
@@ -87,7 +40,7 @@ async fn serve(router: &Router, clients: &[SocketAddr], count: u64) -> Duration 
 }
 
 fn bench(c: &mut Criterion) {
-    register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
+    register_throttle();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -97,7 +50,7 @@ fn bench(c: &mut Criterion) {
         .collect();
     let mut group = c.benchmark_group("middleware_in_process");
     for server in SERVERS {
-        let app = container();
+        let app = memory_container();
         let router = router(server);
         group.bench_function(server, |b| {
             b.iter_custom(|iters| runtime.block_on(app.scope(serve(&router, &clients, iters))));
@@ -123,10 +76,7 @@ fn report(since: SystemTime) {
 
 fn main() {
     let since = SystemTime::now();
-    let mut criterion = Criterion::default()
-        .warm_up_time(Duration::from_secs(1))
-        .measurement_time(Duration::from_secs(4))
-        .configure_from_args();
+    let mut criterion = support::criterion(Duration::from_secs(4));
     bench(&mut criterion);
     criterion.final_summary();
     report(since);

@@ -6,6 +6,7 @@
 pub mod estimates;
 pub mod machine;
 pub mod redis;
+pub mod servers;
 
 /// A tokio runtime of two workers, as a server on a two-core machine runs.
 pub fn two_worker_runtime() -> tokio::runtime::Runtime {
@@ -25,4 +26,13 @@ pub fn env_number(name: &str, default: u64) -> u64 {
                 .unwrap_or_else(|_| panic!("{name} takes a number"))
         })
         .unwrap_or(default)
+}
+
+/// Criterion as the benches run it: a second of warm-up, then
+/// `measurement` of samples, and what the command line adds.
+pub fn criterion(measurement: std::time::Duration) -> criterion::Criterion {
+    criterion::Criterion::default()
+        .warm_up_time(std::time::Duration::from_secs(1))
+        .measurement_time(measurement)
+        .configure_from_args()
 }

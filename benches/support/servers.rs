@@ -1,0 +1,75 @@
+//! The servers the HTTP and in-process benches compare: the quickstart's
+//! router bare, behind a middleware that does nothing, and behind each
+//! limiter, with the backends they run on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use suprnova::cache::{MemoryStore, Store};
+use suprnova::clock;
+use suprnova::container::App;
+use suprnova::limiter::CacheRateLimiter;
+use suprnova::middleware::register_middleware_alias_with_args;
+use suprnova::rate_limit::memory::InMemoryRateLimiter;
+use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
+use suprnova::{
+    HttpResponse, Middleware, Next, Request, Response, Router, ThrottleRequestsMiddleware,
+    async_trait,
+};
+
+/// Far above the load: every request is admitted.
+pub const HUGE_LIMIT: u32 = 1_000_000;
+
+/// A middleware that only calls the rest of the chain: what any middleware
+/// costs before it does anything.
+pub struct PassThrough;
+
+#[async_trait]
+impl Middleware for PassThrough {
+    async fn handle(&self, request: Request, next: Next) -> Response {
+        next(request).await
+    }
+}
+
+/// Registers the `throttle` alias, as an application's boot does.
+pub fn register_throttle() {
+    register_middleware_alias_with_args("throttle", ThrottleRequestsMiddleware::from_alias_args);
+}
+
+/// The quickstart's router, behind the limiter `server` names: `none`,
+/// `pass_through`, `driver_<backend>` (`RateLimitMiddleware::ip_based`) or
+/// `throttle_<backend>` (`throttle:1000000,1`). The backend is the
+/// container's.
+pub fn router(server: &str) -> Router {
+    let router = Router::new().get("/", |_req: Request| async {
+        HttpResponse::text("Hello from Suprnova.\n")
+    });
+    match server {
+        "none" => router,
+        "pass_through" => router.middleware(PassThrough),
+        driver if driver.starts_with("driver_") => router.middleware(
+            RateLimitMiddleware::ip_based(HUGE_LIMIT, Duration::from_secs(60)),
+        ),
+        throttle if throttle.starts_with("throttle_") => {
+            router.middleware_named(&format!("throttle:{HUGE_LIMIT},1"))
+        }
+        other => unreachable!("no server {other}"),
+    }
+}
+
+/// A container with `driver` as the rate-limit driver and `store` under
+/// the facade's limiter.
+pub fn container_with(driver: Arc<dyn RateLimiterDriver>, store: Arc<dyn Store>) -> App {
+    let app = App::new();
+    app.install(driver);
+    app.install(Arc::new(CacheRateLimiter::new(store, clock::system())));
+    app
+}
+
+/// A container with the memory driver and the memory cache store.
+pub fn memory_container() -> App {
+    container_with(
+        Arc::new(InMemoryRateLimiter::new()),
+        Arc::new(MemoryStore::new()),
+    )
+}
