@@ -19,6 +19,7 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use compact_str::CompactString;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
+use hashbrown::hash_table::Entry;
 
 /// A key as the shards store it. A key of up to 24 bytes (an address key,
 /// `user:<id>`) lives inside the slot itself.
@@ -146,17 +147,21 @@ impl<V> Locked<'_, '_, V> {
 
     /// Gives the key `value`, in place of the one it had.
     pub(crate) fn insert(&mut self, value: V) {
-        if let Some(old) = self.get_mut() {
-            *old = value;
-            return;
+        let (key, hasher) = (self.key, self.hasher);
+        // One probe finds the key's slot or the place for a new one.
+        match self.table.entry(
+            self.hash,
+            |slot| slot.key == key,
+            |slot| hasher.hash_one(slot.key.as_str()),
+        ) {
+            Entry::Occupied(mut slot) => slot.get_mut().value = value,
+            Entry::Vacant(place) => {
+                place.insert(Slot {
+                    key: key.into(),
+                    value,
+                });
+            }
         }
-        let hasher = self.hasher;
-        let slot = Slot {
-            key: self.key.into(),
-            value,
-        };
-        self.table
-            .insert_unique(self.hash, slot, |slot| hasher.hash_one(slot.key.as_str()));
     }
 
     /// Takes the key's value out of the map.
