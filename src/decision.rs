@@ -7,8 +7,10 @@
 //! `X-RateLimit-Limit` and `X-RateLimit-Remaining` on every response, and on
 //! a refusal `Retry-After` and `X-RateLimit-Reset` too.
 
+use std::cell::RefCell;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, RETRY_AFTER};
 
 use crate::http::HttpResponse;
@@ -96,15 +98,15 @@ impl Decision {
     /// places left always; `Retry-After` and `X-RateLimit-Reset` (when
     /// known) on a refusal.
     pub fn apply_headers(&self, response: &mut HttpResponse) {
-        // Every response of a limited route carries these: names parsed once,
-        // values formatted without a detour through `String`.
-        let (limit, remaining) = two_numbers(self.limit, self.remaining);
+        // Every response of a limited route carries these: names parsed
+        // once, values written without `core::fmt`, and the limit, which is
+        // the same on every response of a route, shared rather than written.
         let headers = response.headers_mut();
-        headers.insert(LIMIT.clone(), limit);
-        headers.insert(REMAINING.clone(), remaining);
+        headers.insert(LIMIT.clone(), limit_value(self.limit));
+        headers.insert(REMAINING.clone(), number_value(self.remaining));
         if !self.allowed {
             if let Some(secs) = self.retry_after_secs() {
-                headers.insert(RETRY_AFTER, HeaderValue::from(secs));
+                headers.insert(RETRY_AFTER, number_value(secs));
             }
             if let Some(reset) = self.reset_at {
                 headers.insert(RESET.clone(), HeaderValue::from(reset));
@@ -148,20 +150,39 @@ impl Decision {
     }
 }
 
-/// Two numbers as header values sharing one buffer: one allocation for
-/// the pair every limited response carries, where `HeaderValue::from`
-/// makes one each.
-fn two_numbers(first: u64, second: u64) -> (HeaderValue, HeaderValue) {
-    use std::fmt::Write as _;
+/// `n` as a header value, in one allocation.
+fn number_value(n: u64) -> HeaderValue {
+    let mut buf = [0_u8; 20];
+    HeaderValue::from_maybe_shared(Bytes::copy_from_slice(decimal(n, &mut buf)))
+        .expect("digits are a header value")
+}
+
+/// `n` as a header value, shared with the last call on this thread when it
+/// asked for the same number: a route's limit is the same on every
+/// response, and a clone of the shared value is a reference count, where a
+/// new value is an allocation.
+fn limit_value(n: u64) -> HeaderValue {
+    thread_local! {
+        static LAST: RefCell<Option<(u64, HeaderValue)>> = const { RefCell::new(None) };
+    }
+    LAST.with_borrow_mut(|last| match last {
+        Some((cached, value)) if *cached == n => value.clone(),
+        _ => last.insert((n, number_value(n))).1.clone(),
+    })
+}
+
+/// The decimal digits of `n`, written at the end of `buf`.
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     // Twenty digits hold any u64.
-    let mut digits = bytes::BytesMut::with_capacity(40);
-    let _ = write!(digits, "{first}");
-    let first = digits.split().freeze();
-    let _ = write!(digits, "{second}");
-    let second = digits.freeze();
-    // Decimal digits are always a valid header value.
-    let value = |bytes| HeaderValue::from_maybe_shared(bytes).expect("digits are a header value");
-    (value(first), value(second))
+    let mut start = buf.len();
+    loop {
+        start -= 1;
+        buf[start] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[start..];
+        }
+    }
 }
 
 #[cfg(test)]
@@ -169,12 +190,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn numbers_share_a_buffer_and_keep_their_digits() {
-        let (a, b) = two_numbers(u64::MAX, 0);
-        assert_eq!(a, "18446744073709551615");
-        assert_eq!(b, "0");
-        let (a, b) = two_numbers(60, 59);
-        assert_eq!((a.to_str().unwrap(), b.to_str().unwrap()), ("60", "59"));
+    fn numbers_keep_their_digits() {
+        for n in [0, 7, 10, 59, 60, 1_000_000, u64::MAX] {
+            assert_eq!(number_value(n), n.to_string().as_str(), "{n}");
+        }
+        // The cached limit follows the number asked for.
+        for n in [60, 60, 5, 60, u64::MAX, 0] {
+            assert_eq!(limit_value(n), n.to_string().as_str(), "{n}");
+        }
     }
 
     #[test]

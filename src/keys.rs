@@ -72,18 +72,27 @@ pub(crate) fn push_ip(out: &mut String, ip: IpAddr) {
 /// per-address limit, and `Ipv4Addr`'s `Display` (which supports padding)
 /// costs several times as much.
 fn push_ipv4(out: &mut String, v4: Ipv4Addr) {
+    // Written into a buffer and appended once: `String::push` checks each
+    // character's UTF-8 length, which cost more than the digits.
+    let mut text = [0_u8; 15];
+    let mut len = 0;
+    let mut put = |byte: u8| {
+        text[len] = byte;
+        len += 1;
+    };
     for (i, octet) in v4.octets().into_iter().enumerate() {
         if i > 0 {
-            out.push('.');
+            put(b'.');
         }
         if octet >= 100 {
-            out.push(char::from(b'0' + octet / 100));
+            put(b'0' + octet / 100);
         }
         if octet >= 10 {
-            out.push(char::from(b'0' + octet / 10 % 10));
+            put(b'0' + octet / 10 % 10);
         }
-        out.push(char::from(b'0' + octet % 10));
+        put(b'0' + octet % 10);
     }
+    out.push_str(std::str::from_utf8(&text[..len]).expect("digits and dots are ASCII"));
 }
 
 /// Lowercase hex of the SHA-256 of `value`.

@@ -221,21 +221,23 @@ impl RateLimitMiddleware {
     }
 
     /// Every bucket the request is counted in: the key function's key, and
-    /// the buckets of each identity an ambiguous request names.
-    fn keys_for(&self, request: &Request) -> Vec<String> {
+    /// the other buckets of each identity an ambiguous request names
+    /// (usually none, and then nothing is allocated for them).
+    fn keys_for(&self, request: &Request) -> (String, Vec<String>) {
         let (key, named) = with_named_buckets(|| (self.key_fn)(request));
-        let mut keys = vec![key];
+        let mut others: Vec<String> = Vec::new();
         for extra in named {
-            if !keys.contains(&extra) {
-                keys.push(extra);
+            if extra != key && !others.contains(&extra) {
+                others.push(extra);
             }
         }
-        keys
+        (key, others)
     }
 
-    /// One decision for `keys`: each bucket is asked (and counts the request
-    /// if it admits it); the request passes only if all admit.
-    async fn decide(&self, keys: &[String]) -> Result<Decision, RateLimitError> {
+    /// One decision for `key` and `others`: each bucket is asked (and
+    /// counts the request if it admits it); the request passes only if all
+    /// admit.
+    async fn decide(&self, key: &str, others: &[String]) -> Result<Decision, RateLimitError> {
         let limiter = match &self.limiter {
             LimiterSource::Given(limiter) => limiter.clone(),
             LimiterSource::Installed => {
@@ -243,11 +245,12 @@ impl RateLimitMiddleware {
             }
         };
         let config = &self.config;
-        if let [key] = keys {
+        if others.is_empty() {
             // The common case: one bucket, one call, nothing to combine.
             return limiter.acquire(key, config).await;
         }
-        let outcomes = join_all(keys.iter().map(|key| limiter.acquire(key, config))).await;
+        let keys = std::iter::once(key).chain(others.iter().map(String::as_str));
+        let outcomes = join_all(keys.map(|key| limiter.acquire(key, config))).await;
         let mut decisions = Vec::with_capacity(outcomes.len());
         let mut backend_error = None;
         for outcome in outcomes {
@@ -316,8 +319,8 @@ impl Middleware for RateLimitMiddleware {
         {
             return next(request).await;
         }
-        let keys = self.keys_for(&request);
-        match self.decide(&keys).await {
+        let (key, others) = self.keys_for(&request);
+        match self.decide(&key, &others).await {
             Ok(decision) if !decision.allowed => {
                 Err(decision.too_many_requests(TOO_MANY_REQUESTS_BODY))
             }
