@@ -138,6 +138,14 @@ struct Load {
     process_cpu_us: f64,
     /// CPU time per request of redis-server.
     redis_cpu_us: f64,
+    /// HTTP requests per read Redis made of a client socket: how many
+    /// requests' commands the client's writes carried together.
+    requests_per_read: f64,
+}
+
+/// Redis's `total_reads_processed`: reads of client sockets.
+fn redis_reads(redis: &RedisProcess) -> u64 {
+    redis.stat("total_reads_processed")
 }
 
 /// The CPU time a process has used (user and system), from
@@ -188,6 +196,7 @@ fn load(
             p99_us: at(0.99),
             process_cpu_us: 0.0,
             redis_cpu_us: 0.0,
+            requests_per_read: 0.0,
         }
     })
 }
@@ -227,9 +236,16 @@ fn main() {
             let (addr, stop) = start_server(&server_runtime, app, router);
             load(&client_runtime, addr, connections, warm_up);
             let (process_before, redis_before) = (cpu_micros("self"), cpu_micros(&redis.pid()));
+            let reads_before = redis_reads(&redis);
             let mut measured = load(&client_runtime, addr, connections, requests);
             measured.process_cpu_us = (cpu_micros("self") - process_before) / requests as f64;
             measured.redis_cpu_us = (cpu_micros(&redis.pid()) - redis_before) / requests as f64;
+            // The read of the second INFO command itself is left out.
+            let reads = redis_reads(&redis).saturating_sub(reads_before + 1);
+            measured.requests_per_read = match reads {
+                0 => 0.0,
+                reads => requests as f64 / reads as f64,
+            };
             eprintln!(
                 "round {round}: {server:<16} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us",
                 measured.rate, measured.p50_us, measured.p99_us
@@ -249,19 +265,27 @@ fn main() {
         .collect();
     let base = medians[0].1.rate;
     println!(
-        "{:<16} {:>10} {:>9} {:>9} {:>10} {:>22} {:>15}",
-        "server", "req/s", "p50 us", "p99 us", "vs none", "bench CPU us/request", "redis CPU us/r"
+        "{:<16} {:>10} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20}",
+        "server",
+        "req/s",
+        "p50 us",
+        "p99 us",
+        "vs none",
+        "bench CPU us/request",
+        "redis CPU us/r",
+        "requests/redis read"
     );
     for (server, load) in &medians {
         println!(
-            "{:<16} {:>10.0} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1}",
+            "{:<16} {:>10.0} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2}",
             server,
             load.rate,
             load.p50_us,
             load.p99_us,
             100.0 * load.rate / base,
             load.process_cpu_us,
-            load.redis_cpu_us
+            load.redis_cpu_us,
+            load.requests_per_read
         );
     }
 }

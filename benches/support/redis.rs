@@ -105,6 +105,21 @@ impl RedisProcess {
         String::from_utf8_lossy(&reply).into_owned()
     }
 
+    /// A counter of `INFO stats` (`total_commands_processed`,
+    /// `total_reads_processed`, ...), 0 when Redis does not report it.
+    pub fn stat(&self, field: &str) -> u64 {
+        self.command("INFO stats")
+            .lines()
+            .find_map(|line| {
+                line.strip_prefix(field)?
+                    .strip_prefix(':')?
+                    .trim()
+                    .parse()
+                    .ok()
+            })
+            .unwrap_or(0)
+    }
+
     /// The `calls` of every command in `INFO commandstats`, by command.
     pub fn command_calls(&self) -> HashMap<String, u64> {
         self.command("INFO commandstats")
