@@ -240,8 +240,8 @@ fn main() {
             let mut measured = load(&client_runtime, addr, connections, requests);
             measured.process_cpu_us = (cpu_micros("self") - process_before) / requests as f64;
             measured.redis_cpu_us = (cpu_micros(&redis.pid()) - redis_before) / requests as f64;
-            // The read of the second INFO command itself is left out.
-            let reads = redis_reads(&redis).saturating_sub(reads_before + 1);
+            // The reads of the two INFO commands themselves are left out.
+            let reads = redis_reads(&redis).saturating_sub(reads_before + 2);
             measured.requests_per_read = match reads {
                 0 => 0.0,
                 reads => requests as f64 / reads as f64,
