@@ -138,6 +138,9 @@ struct Load {
     process_cpu_us: f64,
     /// CPU time per request of redis-server.
     redis_cpu_us: f64,
+    /// CPU time the hypervisor gave to other machines while this ran, in
+    /// percent of all CPU time: the noise of a shared host.
+    steal_percent: f64,
     /// HTTP requests per read Redis made of a client socket: how many
     /// requests' commands the client's writes carried together.
     requests_per_read: f64,
@@ -197,6 +200,7 @@ fn load(
             process_cpu_us: 0.0,
             redis_cpu_us: 0.0,
             requests_per_read: 0.0,
+            steal_percent: 0.0,
         }
     })
 }
@@ -237,7 +241,10 @@ fn main() {
             load(&client_runtime, addr, connections, warm_up);
             let (process_before, redis_before) = (cpu_micros("self"), cpu_micros(&redis.pid()));
             let reads_before = redis_reads(&redis);
+            let ticks_before = support::machine::cpu_ticks();
             let mut measured = load(&client_runtime, addr, connections, requests);
+            measured.steal_percent =
+                support::machine::steal_percent(ticks_before, support::machine::cpu_ticks());
             measured.process_cpu_us = (cpu_micros("self") - process_before) / requests as f64;
             measured.redis_cpu_us = (cpu_micros(&redis.pid()) - redis_before) / requests as f64;
             // The reads of the two INFO commands themselves are left out.
@@ -247,8 +254,8 @@ fn main() {
                 reads => requests as f64 / reads as f64,
             };
             eprintln!(
-                "round {round}: {server:<16} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us",
-                measured.rate, measured.p50_us, measured.p99_us
+                "round {round}: {server:<16} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us  steal {:>4.1}%",
+                measured.rate, measured.p50_us, measured.p99_us, measured.steal_percent
             );
             loads.push(measured);
             drop(stop);
@@ -265,7 +272,7 @@ fn main() {
         .collect();
     let base = medians[0].1.rate;
     println!(
-        "{:<16} {:>10} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20}",
+        "{:<16} {:>10} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20} {:>8}",
         "server",
         "req/s",
         "p50 us",
@@ -273,11 +280,12 @@ fn main() {
         "vs none",
         "bench CPU us/request",
         "redis CPU us/r",
-        "requests/redis read"
+        "requests/redis read",
+        "steal"
     );
     for (server, load) in &medians {
         println!(
-            "{:<16} {:>10.0} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2}",
+            "{:<16} {:>10.0} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2} {:>7.1}%",
             server,
             load.rate,
             load.p50_us,
@@ -285,7 +293,8 @@ fn main() {
             100.0 * load.rate / base,
             load.process_cpu_us,
             load.redis_cpu_us,
-            load.requests_per_read
+            load.requests_per_read,
+            load.steal_percent
         );
     }
 }

@@ -17,27 +17,15 @@
 
 mod support;
 
-use std::net::SocketAddr;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, SystemTime};
 
 use criterion::Criterion;
-use support::servers::{memory_container, register_throttle, router};
-use suprnova::Router;
-use suprnova::server::handle_request_with_peer;
+use support::servers::{
+    client_addresses, memory_container, register_throttle, router, serve_in_process,
+};
 
 const SERVERS: [&str; 4] = ["none", "pass_through", "driver_memory", "throttle_memory"];
-const CLIENTS: usize = 32;
-
-/// `count` requests through `router`, the clients in turn; the time they took.
-async fn serve(router: &Router, clients: &[SocketAddr], count: u64) -> Duration {
-    let start = Instant::now();
-    for i in 0..count as usize {
-        let request = http::Request::get("/").body(String::new()).unwrap();
-        let response = handle_request_with_peer(router, request, clients[i % clients.len()]).await;
-        assert_eq!(response.status_code(), 200);
-    }
-    start.elapsed()
-}
+const CLIENTS: u8 = 32;
 
 fn bench(c: &mut Criterion) {
     register_throttle();
@@ -45,15 +33,15 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("a tokio runtime");
-    let clients: Vec<SocketAddr> = (1..=CLIENTS)
-        .map(|n| SocketAddr::from(([127, 0, 0, n as u8], 40_000)))
-        .collect();
+    let clients = client_addresses(CLIENTS);
     let mut group = c.benchmark_group("middleware_in_process");
     for server in SERVERS {
         let app = memory_container();
         let router = router(server);
         group.bench_function(server, |b| {
-            b.iter_custom(|iters| runtime.block_on(app.scope(serve(&router, &clients, iters))));
+            b.iter_custom(|iters| {
+                runtime.block_on(app.scope(serve_in_process(&router, &clients, iters)))
+            });
         });
     }
     group.finish();

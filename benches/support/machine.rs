@@ -39,3 +39,31 @@ pub fn load_average() -> String {
         .and_then(|l| l.split_whitespace().next().map(str::to_owned))
         .unwrap_or_else(|| "?".into())
 }
+
+/// The hypervisor's steal counter and the total of all CPU time counters
+/// of `/proc/stat`, in clock ticks: time the virtual CPUs were ready to run
+/// and the host ran something else. Zero outside Linux.
+pub fn cpu_ticks() -> (u64, u64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|f| f.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal ...
+    let steal = fields.get(7).copied().unwrap_or(0);
+    (steal, fields.iter().take(8).sum())
+}
+
+/// The share of CPU time stolen by the hypervisor between two
+/// [`cpu_ticks`] readings, in percent.
+pub fn steal_percent(before: (u64, u64), after: (u64, u64)) -> f64 {
+    let total = after.1.saturating_sub(before.1);
+    if total == 0 {
+        return 0.0;
+    }
+    100.0 * after.0.saturating_sub(before.0) as f64 / total as f64
+}

@@ -2,8 +2,9 @@
 //! router bare, behind a middleware that does nothing, and behind each
 //! limiter, with the backends they run on.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use suprnova::cache::{MemoryStore, Store};
 use suprnova::clock;
@@ -12,6 +13,7 @@ use suprnova::limiter::CacheRateLimiter;
 use suprnova::middleware::register_middleware_alias_with_args;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
+use suprnova::server::handle_request_with_peer;
 use suprnova::{
     HttpResponse, Middleware, Next, Request, Response, Router, ThrottleRequestsMiddleware,
     async_trait,
@@ -72,4 +74,24 @@ pub fn memory_container() -> App {
         Arc::new(InMemoryRateLimiter::new()),
         Arc::new(MemoryStore::new()),
     )
+}
+
+/// `count` client addresses, 127.0.0.1 up: a per-address limiter keeps one
+/// bucket each.
+pub fn client_addresses(count: u8) -> Vec<SocketAddr> {
+    (1..=count)
+        .map(|n| SocketAddr::from(([127, 0, 0, n], 40_000)))
+        .collect()
+}
+
+/// `count` requests through `router` in process
+/// (`handle_request_with_peer`), the clients in turn; the time they took.
+pub async fn serve_in_process(router: &Router, clients: &[SocketAddr], count: u64) -> Duration {
+    let start = Instant::now();
+    for i in 0..count as usize {
+        let request = http::Request::get("/").body(String::new()).unwrap();
+        let response = handle_request_with_peer(router, request, clients[i % clients.len()]).await;
+        assert_eq!(response.status_code(), 200);
+    }
+    start.elapsed()
 }
