@@ -1,41 +1,65 @@
-//! Instructions a request costs through each server, in process: the
-//! measure of the middleware's per-request work that does not move with the
-//! machine's load, since valgrind counts instructions, not time.
+//! Instructions a request or a decision costs, in process: the measure that
+//! does not move with the machine's load, since valgrind counts
+//! instructions, not time.
 //!
 //! ```text
-//! benches/instructions.sh        # every server, per request and over none
+//! benches/instructions.sh        # every subject, per request or decision
 //! ```
 //!
-//! The binary runs `<count>` requests through `handle_request_with_peer`
-//! (after 2,000 to warm up), from 32 client addresses in turn, on the
-//! quickstart's router behind the server's limiter, on the memory backends:
-//! the requests of the `middleware` bench, without criterion around them.
-//! The script runs it under callgrind for two counts and divides the
-//! difference, which leaves out start-up and warm-up.
+//! Two kinds of subject:
+//!
+//! - the servers of the `middleware` bench (`none`, `pass_through`,
+//!   `driver_memory`, `throttle_memory`): `<count>` requests through
+//!   `handle_request_with_peer` (after 2,000 to warm up), from 32 client
+//!   addresses in turn, on the quickstart's router behind the server's
+//!   limiter, on the memory backends;
+//! - one decision of a limiter over 100,000 keys (`driver_decision`,
+//!   `governor_decision`): each key brought to its limit of 100 per minute
+//!   first, then `<count>` refusals walking the keys, as in the flood case of
+//!   the `memory_driver` bench (each limiter on its own clock; the driver's
+//!   sweep set an hour apart).
+//!
+//! The script runs each subject under callgrind for two counts and divides
+//! the difference, which leaves out start-up, warm-up and filling.
 
 mod support;
 
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use governor::{Quota, RateLimiter};
 use support::servers::{
     client_addresses, memory_container, register_throttle, router, serve_in_process,
 };
+use suprnova::rate_limit::SlidingWindowConfig;
+use suprnova::rate_limit::memory::InMemoryRateLimiter;
 
 const SERVERS: [&str; 4] = ["none", "pass_through", "driver_memory", "throttle_memory"];
+const DECIDERS: [&str; 2] = ["driver_decision", "governor_decision"];
 const WARM_UP: u64 = 2_000;
+const KEYS: usize = 100_000;
+const LIMIT: u32 = 100;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     // `cargo bench` runs every bench with `--bench`: nothing to do then.
-    let [server, count] = args.as_slice() else {
+    let [subject, count] = args.as_slice() else {
         println!(
-            "usage: instructions <server> <count>, servers {SERVERS:?}; see benches/instructions.sh"
+            "usage: instructions <subject> <count>, subjects {SERVERS:?} {DECIDERS:?}; see benches/instructions.sh"
         );
         return;
     };
-    assert!(
-        SERVERS.contains(&server.as_str()),
-        "no server {server}; servers {SERVERS:?}"
-    );
-    let count: u64 = count.parse().expect("a count of requests");
+    let count: u64 = count.parse().expect("a count");
+    match subject.as_str() {
+        "driver_decision" => driver_decisions(count),
+        "governor_decision" => governor_decisions(count),
+        server if SERVERS.contains(&server) => requests(server, count),
+        other => panic!("no subject {other}; subjects {SERVERS:?} {DECIDERS:?}"),
+    }
+}
+
+fn requests(server: &str, count: u64) {
     register_throttle();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -46,4 +70,38 @@ fn main() {
     let router = router(server);
     runtime.block_on(app.scope(serve_in_process(&router, &clients, WARM_UP)));
     runtime.block_on(app.scope(serve_in_process(&router, &clients, count)));
+}
+
+/// The `"user:N"` keys, and `decide` called on each until it is full, then
+/// `count` more times walking them.
+fn decisions(count: u64, mut decide: impl FnMut(&String) -> bool) {
+    let keys: Vec<String> = (0..KEYS).map(|i| format!("user:{i}")).collect();
+    for _ in 0..=LIMIT {
+        for key in &keys {
+            black_box(decide(key));
+        }
+    }
+    for i in 0..count as usize {
+        black_box(decide(&keys[i % KEYS]));
+    }
+}
+
+fn driver_decisions(count: u64) {
+    // Under valgrind a second of wall time is a few thousand decisions, so
+    // the once-a-second sweep would be counted many times over: it is set an
+    // hour apart here (its own cost: `memory_driver_sweep` in the
+    // `memory_driver` bench).
+    let limiter = InMemoryRateLimiter::new().with_sweep_interval(Duration::from_secs(3600));
+    let config = SlidingWindowConfig::new(LIMIT, Duration::from_secs(60));
+    decisions(count, |key| {
+        limiter
+            .acquire_now(key, &config)
+            .expect("a valid config")
+            .allowed
+    });
+}
+
+fn governor_decisions(count: u64) {
+    let limiter = RateLimiter::keyed(Quota::per_minute(NonZeroU32::new(LIMIT).unwrap()));
+    decisions(count, |key| limiter.check_key(key).is_ok());
 }

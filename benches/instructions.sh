@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Instructions per request of each in-process server (benches/instructions.rs),
+# Instructions per request of each in-process server, and per decision of
+# the memory driver and governor over 100,000 keys (benches/instructions.rs),
 # counted by valgrind's callgrind: the same count on a busy machine as on a
-# quiet one, for the same binary. Each server runs twice, 20,000 and 40,000
-# requests; the difference over 20,000 is one request, without start-up.
+# quiet one, for the same binary. Each subject runs for two counts; the
+# difference divided by the difference in count is one request or decision,
+# without start-up, warm-up or filling.
 #
 #   benches/instructions.sh
 set -euo pipefail
@@ -17,12 +19,23 @@ count() {
         awk '/Collected/ { print $4 }'
 }
 
-printf '%-16s %12s %12s\n' server "per request" "over none"
+# per <subject> <smaller count>: instructions per unit between the count and
+# twice the count
+per() {
+    local short long
+    short=$(count "$1" "$2")
+    long=$(count "$1" $(($2 * 2)))
+    echo $(((long - short) / $2))
+}
+
+printf '%-18s %12s %12s\n' server "per request" "over none"
 none=""
 for server in none pass_through driver_memory throttle_memory; do
-    short=$(count "$server" 20000)
-    long=$(count "$server" 40000)
-    per=$(((long - short) / 20000))
-    none=${none:-$per}
-    printf '%-16s %12d %12d\n' "$server" "$per" "$((per - none))"
+    n=$(per "$server" 20000)
+    none=${none:-$n}
+    printf '%-18s %12d %12d\n' "$server" "$n" "$((n - none))"
+done
+printf '\n%-18s %12s\n' limiter "per decision"
+for decider in driver_decision governor_decision; do
+    printf '%-18s %12d\n' "$decider" "$(per "$decider" 300000)"
 done
