@@ -17,7 +17,11 @@
 //!   `governor_decision`): each key brought to its limit of 100 per minute
 //!   first, then `<count>` refusals walking the keys, as in the flood case of
 //!   the `memory_driver` bench (each limiter on its own clock; the driver's
-//!   sweep set an hour apart).
+//!   sweep set an hour apart);
+//! - one decision of the memory driver on one full key through
+//!   `Arc<dyn RateLimiterDriver>`, as the middleware holds it: its `async`
+//!   method (`driver_dyn_async`, the future polled once) and
+//!   `acquire_without_waiting` (`driver_dyn_without_waiting`).
 //!
 //! The script runs each subject under callgrind for two counts and divides
 //! the difference, which leaves out start-up, warm-up and filling.
@@ -29,14 +33,22 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use governor::{Quota, RateLimiter};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use support::servers::{
     client_addresses, memory_container, register_throttle, router, serve_in_process,
 };
-use suprnova::rate_limit::SlidingWindowConfig;
+
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
+use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
 
 const SERVERS: [&str; 4] = ["none", "pass_through", "driver_memory", "throttle_memory"];
-const DECIDERS: [&str; 2] = ["driver_decision", "governor_decision"];
+const DECIDERS: [&str; 4] = [
+    "driver_decision",
+    "governor_decision",
+    "driver_dyn_async",
+    "driver_dyn_without_waiting",
+];
 const WARM_UP: u64 = 2_000;
 const KEYS: usize = 100_000;
 const LIMIT: u32 = 100;
@@ -54,6 +66,8 @@ fn main() {
     match subject.as_str() {
         "driver_decision" => driver_decisions(count),
         "governor_decision" => governor_decisions(count),
+        "driver_dyn_async" => dyn_decisions(count, true),
+        "driver_dyn_without_waiting" => dyn_decisions(count, false),
         server if SERVERS.contains(&server) => requests(server, count),
         other => panic!("no subject {other}; subjects {SERVERS:?} {DECIDERS:?}"),
     }
@@ -104,4 +118,26 @@ fn driver_decisions(count: u64) {
 fn governor_decisions(count: u64) {
     let limiter = RateLimiter::keyed(Quota::per_minute(NonZeroU32::new(LIMIT).unwrap()));
     decisions(count, |key| limiter.check_key(key).is_ok());
+}
+
+fn dyn_decisions(count: u64, through_future: bool) {
+    let limiter: Arc<dyn RateLimiterDriver> =
+        Arc::new(InMemoryRateLimiter::new().with_sweep_interval(Duration::from_secs(3600)));
+    let config = SlidingWindowConfig::new(LIMIT, Duration::from_secs(60));
+    let mut cx = Context::from_waker(Waker::noop());
+    for _ in 0..u64::from(LIMIT) + count {
+        let decision = if through_future {
+            // The memory driver never waits: its future is ready when first
+            // polled.
+            match std::pin::pin!(limiter.acquire("hot", &config)).poll(&mut cx) {
+                Poll::Ready(decision) => decision,
+                Poll::Pending => unreachable!("the memory driver never waits"),
+            }
+        } else {
+            limiter
+                .acquire_without_waiting("hot", &config)
+                .expect("the memory driver decides without waiting")
+        };
+        black_box(decision.expect("a valid config"));
+    }
 }

@@ -29,6 +29,35 @@ pub trait RateLimiterDriver: fmt::Debug + Send + Sync + 'static {
         config: &SlidingWindowConfig,
     ) -> Result<Decision, RateLimitError>;
 
+    /// [`acquire`](Self::acquire) for a backend that decides without
+    /// waiting (the memory driver), called without a future: `None` from a
+    /// backend that has to wait for its answer (Redis), which the caller
+    /// then asks with `acquire`. The middleware tries this first, which
+    /// spares a memory decision the boxed future of an `async` trait method
+    /// (about half the decision's own cost).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use suprnova::rate_limit::memory::InMemoryRateLimiter;
+    /// use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
+    ///
+    /// let limiter: Arc<dyn RateLimiterDriver> = Arc::new(InMemoryRateLimiter::new());
+    /// let config = SlidingWindowConfig::new(1, Duration::from_secs(60));
+    /// let first = limiter.acquire_without_waiting("user:42", &config);
+    /// assert!(matches!(first, Some(Ok(decision)) if decision.allowed));
+    /// let second = limiter.acquire_without_waiting("user:42", &config);
+    /// assert!(matches!(second, Some(Ok(decision)) if !decision.allowed));
+    /// ```
+    fn acquire_without_waiting(
+        &self,
+        key: &str,
+        config: &SlidingWindowConfig,
+    ) -> Option<Result<Decision, RateLimitError>> {
+        let _ = (key, config);
+        None
+    }
+
     /// Admits or refuses one call for `key`: `Ok(true)` when admitted.
     async fn try_acquire(
         &self,

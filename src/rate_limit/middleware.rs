@@ -246,7 +246,11 @@ impl RateLimitMiddleware {
         };
         let config = &self.config;
         if others.is_empty() {
-            // The common case: one bucket, one call, nothing to combine.
+            // The common case: one bucket, one call, nothing to combine; and
+            // in memory, no future either.
+            if let Some(outcome) = limiter.acquire_without_waiting(key, config) {
+                return outcome;
+            }
             return limiter.acquire(key, config).await;
         }
         let keys = std::iter::once(key).chain(others.iter().map(String::as_str));

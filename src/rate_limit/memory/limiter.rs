@@ -234,6 +234,14 @@ impl RateLimiterDriver for InMemoryRateLimiter {
         self.retry_after_now(key, config)
     }
 
+    fn acquire_without_waiting(
+        &self,
+        key: &str,
+        config: &SlidingWindowConfig,
+    ) -> Option<Result<Decision, RateLimitError>> {
+        Some(self.acquire_now(key, config))
+    }
+
     fn name(&self) -> &'static str {
         "memory"
     }
