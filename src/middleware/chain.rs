@@ -37,7 +37,9 @@ pub(crate) fn run_chain(
         None => handler.call(request),
         Some(middleware) => Box::pin(async move {
             let next: Next = Box::new(move |request| run_chain(stack, from + 1, handler, request));
-            middleware.handle(request, next).await
+            // Through the trait object itself: `middleware.handle` would
+            // pick the `Arc` impl above, one more boxed future a request.
+            (*middleware).handle(request, next).await
         }),
     }
 }
