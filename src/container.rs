@@ -303,12 +303,16 @@ mod tests {
         assert!(err.to_string().contains("Named"), "{err}");
     }
 
+    /// A container holding `value` under its own type.
+    fn holding<T: Send + Sync + 'static>(value: T) -> App {
+        let app = App::new();
+        app.install(Arc::new(value));
+        app
+    }
+
     #[test]
     fn enter_nests_and_unwinds() {
-        let outer = App::new();
-        outer.install(Arc::new(1_u8));
-        let inner = App::new();
-        inner.install(Arc::new(2_u8));
+        let (outer, inner) = (holding(1_u8), holding(2_u8));
         let _o = outer.enter();
         {
             let _i = inner.enter();
@@ -321,10 +325,7 @@ mod tests {
     // scope `with_current` sees what `current` sees.
     #[tokio::test]
     async fn with_current_lends_the_scope_and_falls_back_outside_it() {
-        let entered = App::new();
-        entered.install(Arc::new(1_u32));
-        let scoped = App::new();
-        scoped.install(Arc::new(2_u32));
+        let (entered, scoped) = (holding(1_u32), holding(2_u32));
         let _g = entered.enter();
         let read = || App::with_current(|app| *app.get::<u32>().unwrap());
         assert_eq!(read(), 1);
@@ -334,10 +335,7 @@ mod tests {
 
     #[tokio::test]
     async fn scope_wins_over_enter() {
-        let entered = App::new();
-        entered.install(Arc::new(1_u16));
-        let scoped = App::new();
-        scoped.install(Arc::new(2_u16));
+        let (entered, scoped) = (holding(1_u16), holding(2_u16));
         let _g = entered.enter();
         let seen = scoped
             .scope(async { *App::resolve::<u16>().unwrap() })
