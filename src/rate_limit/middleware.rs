@@ -238,10 +238,15 @@ impl RateLimitMiddleware {
     /// counts the request if it admits it); the request passes only if all
     /// admit.
     async fn decide(&self, key: &str, others: &[String]) -> Result<Decision, RateLimitError> {
+        // A given driver is borrowed; only an installed one is looked up
+        // (and its `Arc` cloned out of the container).
+        let installed;
         let limiter = match &self.limiter {
-            LimiterSource::Given(limiter) => limiter.clone(),
+            LimiterSource::Given(limiter) => limiter,
             LimiterSource::Installed => {
-                App::resolve::<dyn RateLimiterDriver>().ok_or(RateLimitError::NotInstalled)?
+                installed =
+                    App::resolve::<dyn RateLimiterDriver>().ok_or(RateLimitError::NotInstalled)?;
+                &installed
             }
         };
         let config = &self.config;
