@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! cargo bench --bench http
-//! HTTP_BENCH_REQUESTS=20000 HTTP_BENCH_ROUNDS=1 cargo bench --bench http   # a quicker look
+//! HTTP_BENCH_ROUNDS=3 cargo bench --bench http                 # a quicker look
 //! HTTP_BENCH_SERVERS=driver_memory cargo bench --bench http     # none and one other
 //! ```
 //!
@@ -12,7 +12,7 @@
 //! runtime of two workers. The client is hyper's HTTP/1.1 client in a
 //! runtime of its own: `HTTP_BENCH_CONNECTIONS` keep-alive connections
 //! (default 32), each sending one request after the other, for a fixed
-//! count of `HTTP_BENCH_REQUESTS` (default 50,000) after a warm-up. Each
+//! count of `HTTP_BENCH_REQUESTS` (default 20,000) after a warm-up. Each
 //! connection binds its own source address 127.0.0.N, so the server sees 32
 //! clients and the per-address limiters keep 32 buckets.
 //!
@@ -28,9 +28,14 @@
 //! - `driver_redis`, `throttle_redis`: the same on a `redis-server` the
 //!   bench starts on a free port.
 //!
-//! The servers take turns, `HTTP_BENCH_ROUNDS` times (default 3), and the
-//! bench reports each one's median round: requests per second, p50 and p99
-//! latency, and the ratio of its rate to the `none` server's.
+//! The servers take turns, `HTTP_BENCH_ROUNDS` times (default 15), each
+//! round starting one server further down the list, so that no server
+//! always follows the same one. The bench reports each one's median round:
+//! requests per second, p50 and p99 latency, and the ratio of its rate to
+//! the `none` server's, with the slowest and fastest round beside it. On a
+//! shared virtual machine one server's rounds can differ by half (the host
+//! lends the same core more or less of itself from one second to the
+//! next), so many short rounds give a steadier median than a few long ones.
 
 mod support;
 
@@ -206,9 +211,9 @@ fn load(
 }
 
 fn main() {
-    let requests = support::env_number("HTTP_BENCH_REQUESTS", 50_000);
+    let requests = support::env_number("HTTP_BENCH_REQUESTS", 20_000);
     let connections = support::env_number("HTTP_BENCH_CONNECTIONS", 32).max(1);
-    let rounds = support::env_number("HTTP_BENCH_ROUNDS", 3).max(1);
+    let rounds = support::env_number("HTTP_BENCH_ROUNDS", 15).max(1);
     let warm_up = (requests / 10).max(connections);
 
     let redis = RedisProcess::start();
@@ -232,8 +237,10 @@ fn main() {
         .filter(|s| only.is_empty() || **s == "none" || only.split(',').any(|o| o == **s))
         .map(|s| (*s, Vec::new()))
         .collect();
+    let servers = results.len();
     for round in 0..rounds {
-        for (server, loads) in results.iter_mut() {
+        for turn in 0..servers {
+            let (server, loads) = &mut results[(round as usize + turn) % servers];
             redis.command("FLUSHALL");
             let app = container(server, &redis_conn);
             let router = router(server);
@@ -261,20 +268,23 @@ fn main() {
             drop(stop);
         }
     }
-    // The median round of each server, by rate.
+    // The median round of each server, by rate, and its slowest and
+    // fastest rates.
     let median = |loads: &mut Vec<Load>| {
         loads.sort_by(|a, b| a.rate.total_cmp(&b.rate));
-        loads.swap_remove(loads.len() / 2)
+        let spread = (loads[0].rate, loads[loads.len() - 1].rate);
+        (loads.swap_remove(loads.len() / 2), spread)
     };
-    let medians: Vec<(&str, Load)> = results
+    let medians: Vec<(&str, (Load, (f64, f64)))> = results
         .iter_mut()
         .map(|(server, loads)| (*server, median(loads)))
         .collect();
-    let base = medians[0].1.rate;
+    let base = medians[0].1.0.rate;
     println!(
-        "{:<16} {:>10} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20} {:>8}",
+        "{:<16} {:>10} {:>15} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20} {:>8}",
         "server",
         "req/s",
+        "rounds' range",
         "p50 us",
         "p99 us",
         "vs none",
@@ -283,11 +293,12 @@ fn main() {
         "requests/redis read",
         "steal"
     );
-    for (server, load) in &medians {
+    for (server, (load, (slowest, fastest))) in &medians {
         println!(
-            "{:<16} {:>10.0} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2} {:>7.1}%",
+            "{:<16} {:>10.0} {:>15} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2} {:>7.1}%",
             server,
             load.rate,
+            format!("{slowest:.0}-{fastest:.0}"),
             load.p50_us,
             load.p99_us,
             100.0 * load.rate / base,
