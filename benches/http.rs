@@ -151,6 +151,13 @@ struct Load {
     requests_per_read: f64,
 }
 
+/// A server's median round, and the rates of its slowest and fastest.
+struct Median {
+    load: Load,
+    slowest: f64,
+    fastest: f64,
+}
+
 /// Redis's `total_reads_processed`: reads of client sockets.
 fn redis_reads(redis: &RedisProcess) -> u64 {
     redis.stat("total_reads_processed")
@@ -272,14 +279,18 @@ fn main() {
     // fastest rates.
     let median = |loads: &mut Vec<Load>| {
         loads.sort_by(|a, b| a.rate.total_cmp(&b.rate));
-        let spread = (loads[0].rate, loads[loads.len() - 1].rate);
-        (loads.swap_remove(loads.len() / 2), spread)
+        let (slowest, fastest) = (loads[0].rate, loads[loads.len() - 1].rate);
+        Median {
+            load: loads.swap_remove(loads.len() / 2),
+            slowest,
+            fastest,
+        }
     };
-    let medians: Vec<(&str, (Load, (f64, f64)))> = results
+    let medians: Vec<(&str, Median)> = results
         .iter_mut()
         .map(|(server, loads)| (*server, median(loads)))
         .collect();
-    let base = medians[0].1.0.rate;
+    let base = medians[0].1.load.rate;
     println!(
         "{:<16} {:>10} {:>15} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20} {:>8}",
         "server",
@@ -293,7 +304,15 @@ fn main() {
         "requests/redis read",
         "steal"
     );
-    for (server, (load, (slowest, fastest))) in &medians {
+    for (
+        server,
+        Median {
+            load,
+            slowest,
+            fastest,
+        },
+    ) in &medians
+    {
         println!(
             "{:<16} {:>10.0} {:>15} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2} {:>7.1}%",
             server,

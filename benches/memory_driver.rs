@@ -34,7 +34,9 @@
 //!   measures one sweep over 100,000 full buckets on its own.
 //!
 //! At the end the bench prints the ratios the performance targets are
-//! stated in (docs/performance.md).
+//! stated in (docs/performance.md), and then measures the flood cases once
+//! more with the contenders taking turns in short runs, which a machine
+//! whose speed drifts disturbs less (see `alternating`).
 
 mod support;
 
@@ -492,10 +494,91 @@ fn report(since: SystemTime) {
     }
 }
 
+/// Rounds of the comparison in alternation.
+const ALTERNATING_ROUNDS: usize = 21;
+/// Decisions of one contender on one thread count in one round.
+const ALTERNATING_DECISIONS: u64 = 200_000;
+
+/// The flood cases once more, with the contenders taking turns: criterion
+/// measures one contender for seconds and then the next, and on a shared
+/// machine whose speed drifts from one second to the next, a ratio of two
+/// such measurements carries the drift. Here every round runs each
+/// contender on one and on two threads (the six runs starting one further
+/// down the list each round), each run after an untimed pass over the keys
+/// that brings its data back into the caches, and each run's median over
+/// the rounds is reported: a drift slows every contender alike.
+fn alternating() {
+    const NAMES: [&str; 3] = ["suprnova", "governor", "naive_log"];
+    println!(
+        "\n== memory_driver, flood, in alternation: {ALTERNATING_ROUNDS} rounds of \
+         {ALTERNATING_DECISIONS} decisions per contender and thread count, median ns per decision =="
+    );
+    println!(
+        "{:<30} {:>10} {:>10} {:>10} {:>13} {:>13}",
+        "case", "suprnova", "governor", "naive_log", "ours/governor", "naive/ours"
+    );
+    let mut scaling = Vec::new();
+    for keys in key_sets() {
+        let contenders = NAMES.map(|name| {
+            let contender = Contender::build(name, Scenario::Flood);
+            contender.fill(&keys.first_seen);
+            contender
+        });
+        // (contender, threads) of each run, and its ns per decision a round.
+        let runs: Vec<(usize, usize)> = (0..NAMES.len()).flat_map(|c| [(c, 1), (c, 2)]).collect();
+        let mut samples = vec![Vec::with_capacity(ALTERNATING_ROUNDS); runs.len()];
+        for round in 0..ALTERNATING_ROUNDS {
+            for turn in 0..runs.len() {
+                let run = (round + turn) % runs.len();
+                let (contender, threads) = runs[run];
+                let contender = &contenders[contender];
+                // One pass over the keys first, untimed, so that the run
+                // finds its data in the caches, as criterion's runs do,
+                // rather than where the other contenders' runs left it.
+                contender.run_threads(&keys.walk, threads, keys.walk.len() as u64);
+                let elapsed = contender.run_threads(&keys.walk, threads, ALTERNATING_DECISIONS);
+                samples[run].push(elapsed.as_nanos() as f64 / ALTERNATING_DECISIONS as f64);
+            }
+        }
+        let median = |contender: usize, threads: usize| {
+            let run = runs
+                .iter()
+                .position(|&r| r == (contender, threads))
+                .unwrap();
+            let mut ns = samples[run].clone();
+            ns.sort_by(f64::total_cmp);
+            ns[ns.len() / 2]
+        };
+        for threads in [1, 2] {
+            let [ours, gov, naive] = [0, 1, 2].map(|c| median(c, threads));
+            println!(
+                "{:<30} {:>10.1} {:>10.1} {:>10.1} {:>12.2}x {:>12.2}x",
+                format!("flood {} {threads}t", keys.name),
+                ours,
+                gov,
+                naive,
+                ours / gov,
+                naive / ours
+            );
+        }
+        for (c, name) in NAMES.iter().enumerate() {
+            scaling.push(format!(
+                "flood {}, throughput of 2 threads / 1 thread, {name}: {:.2}x",
+                keys.name,
+                median(c, 1) / median(c, 2)
+            ));
+        }
+    }
+    for line in scaling {
+        println!("{line}");
+    }
+}
+
 fn main() {
     let since = SystemTime::now();
     let mut criterion = support::criterion(Duration::from_secs(3));
     bench(&mut criterion);
     criterion.final_summary();
     report(since);
+    alternating();
 }
