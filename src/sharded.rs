@@ -7,6 +7,16 @@
 //! calls on one key are serialised, which is what makes a decision on that
 //! key exact.
 //!
+//! The mutex is `parking_lot`'s. When two cores call on one hot key, one
+//! waits for the other for the few nanoseconds a decision holds the lock;
+//! `parking_lot` spins, then yields, before it parks the waiter, where the
+//! standard mutex parks it in the kernel after a shorter spin, and a parked
+//! waiter costs a system call on each side. With two threads deciding one
+//! key (the memory driver bench, eight measurements of each, taken in turn)
+//! it measured 0.95x to 1.24x governor's keyed limiter, against 0.95x to
+//! 1.86x with the standard mutex; a decision over 100,000 keys takes 384
+//! instructions instead of 411 (no poisoning to check).
+//!
 //! A lookup on a large map misses the caches, and what it costs is how many
 //! cache lines it touches. So a key is hashed once, for both the shard and
 //! the slot in the shard's table, and each slot is one cache line of its own
@@ -14,12 +24,12 @@
 //! lookup reads the table's control bytes and that one line.
 
 use std::hash::BuildHasher;
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use compact_str::CompactString;
 use foldhash::fast::RandomState;
 use hashbrown::HashTable;
 use hashbrown::hash_table::Entry;
+use parking_lot::{Mutex, MutexGuard};
 
 /// A key as the shards store it. A key of up to 24 bytes (an address key,
 /// `user:<id>`) lives inside the slot itself.
@@ -175,10 +185,10 @@ impl<V> Locked<'_, '_, V> {
     }
 }
 
-/// Locks a shard. The code that holds a shard lock does not panic halfway
-/// through a change, so a poisoned lock still guards consistent entries.
+/// Locks a shard. A panic while a shard is locked does not poison it: the
+/// code that holds a shard lock does not panic halfway through a change.
 fn lock<V>(shard: &Padded<V>) -> MutexGuard<'_, Table<V>> {
-    shard.0.lock().unwrap_or_else(PoisonError::into_inner)
+    shard.0.lock()
 }
 
 #[cfg(test)]
