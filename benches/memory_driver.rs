@@ -431,10 +431,7 @@ fn report(since: SystemTime) {
     };
     println!("\n== memory_driver: ns per decision and ratios, this run ==");
     println!("machine: {}", support::machine::describe());
-    println!(
-        "{:<30} {:>10} {:>10} {:>10} {:>13} {:>13}",
-        "case", "suprnova", "governor", "naive_log", "ours/governor", "naive/ours"
-    );
+    print_ratio_header();
     for scenario in Scenario::ALL {
         for set in key_sets().map(|keys| keys.name) {
             for threads in [1, 2] {
@@ -445,14 +442,9 @@ fn report(since: SystemTime) {
                 ) else {
                     continue;
                 };
-                println!(
-                    "{:<30} {:>10.1} {:>10.1} {:>10.1} {:>12.2}x {:>12.2}x",
-                    format!("{} {set} {threads}t", scenario.name()),
-                    ours,
-                    gov,
-                    naive,
-                    ours / gov,
-                    naive / ours
+                print_ratio_row(
+                    &format!("{} {set} {threads}t", scenario.name()),
+                    [ours, gov, naive],
                 );
             }
         }
@@ -476,9 +468,8 @@ fn report(since: SystemTime) {
                 if let (Some(one), Some(two)) = (ns(scenario, set, 1, id), ns(scenario, set, 2, id))
                 {
                     println!(
-                        "{} {set}, throughput of 2 threads / 1 thread, {id}: {:.2}x",
-                        scenario.name(),
-                        one / two
+                        "{}",
+                        scaling_line(&format!("{} {set}", scenario.name()), id, one, two)
                     );
                 }
             }
@@ -492,6 +483,33 @@ fn report(since: SystemTime) {
             sweep / 1e6
         );
     }
+}
+
+/// The head of the table of ns per decision and ratios.
+fn print_ratio_header() {
+    println!(
+        "{:<30} {:>10} {:>10} {:>10} {:>13} {:>13}",
+        "case", "suprnova", "governor", "naive_log", "ours/governor", "naive/ours"
+    );
+}
+
+/// One row of that table: the ns per decision of suprnova, governor and
+/// the naive log, and the ratios the targets are stated in.
+fn print_ratio_row(case: &str, [ours, gov, naive]: [f64; 3]) {
+    println!(
+        "{case:<30} {ours:>10.1} {gov:>10.1} {naive:>10.1} {:>12.2}x {:>12.2}x",
+        ours / gov,
+        naive / ours
+    );
+}
+
+/// How much more one contender decides on two threads than on one, from
+/// its ns per decision on each.
+fn scaling_line(case: &str, contender: &str, one_thread: f64, two_threads: f64) -> String {
+    format!(
+        "{case}, throughput of 2 threads / 1 thread, {contender}: {:.2}x",
+        one_thread / two_threads
+    )
 }
 
 /// Rounds of the comparison in alternation.
@@ -513,10 +531,7 @@ fn alternating() {
         "\n== memory_driver, flood, in alternation: {ALTERNATING_ROUNDS} rounds of \
          {ALTERNATING_DECISIONS} decisions per contender and thread count, median ns per decision =="
     );
-    println!(
-        "{:<30} {:>10} {:>10} {:>10} {:>13} {:>13}",
-        "case", "suprnova", "governor", "naive_log", "ours/governor", "naive/ours"
-    );
+    print_ratio_header();
     let mut scaling = Vec::new();
     for keys in key_sets() {
         let contenders = NAMES.map(|name| {
@@ -550,23 +565,12 @@ fn alternating() {
             ns[ns.len() / 2]
         };
         for threads in [1, 2] {
-            let [ours, gov, naive] = [0, 1, 2].map(|c| median(c, threads));
-            println!(
-                "{:<30} {:>10.1} {:>10.1} {:>10.1} {:>12.2}x {:>12.2}x",
-                format!("flood {} {threads}t", keys.name),
-                ours,
-                gov,
-                naive,
-                ours / gov,
-                naive / ours
-            );
+            let ns = [0, 1, 2].map(|c| median(c, threads));
+            print_ratio_row(&format!("flood {} {threads}t", keys.name), ns);
         }
         for (c, name) in NAMES.iter().enumerate() {
-            scaling.push(format!(
-                "flood {}, throughput of 2 threads / 1 thread, {name}: {:.2}x",
-                keys.name,
-                median(c, 1) / median(c, 2)
-            ));
+            let case = format!("flood {}", keys.name);
+            scaling.push(scaling_line(&case, name, median(c, 1), median(c, 2)));
         }
     }
     for line in scaling {
