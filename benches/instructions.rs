@@ -6,7 +6,7 @@
 //! benches/instructions.sh        # every subject, per request or decision
 //! ```
 //!
-//! Two kinds of subject:
+//! Three kinds of subject:
 //!
 //! - the servers of the `middleware` bench (`none`, `pass_through`,
 //!   `driver_memory`, `throttle_memory`): `<count>` requests through
@@ -30,15 +30,14 @@ mod support;
 
 use std::hint::black_box;
 use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use governor::{Quota, RateLimiter};
-use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
 use support::servers::{
     client_addresses, memory_container, register_throttle, router, serve_in_process,
 };
-
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
 
