@@ -27,6 +27,9 @@
 //! - `throttle_memory`: `throttle:1000000,1` on the in-memory cache store.
 //! - `driver_redis`, `throttle_redis`: the same on a `redis-server` the
 //!   bench starts on a free port.
+//! - `driver_redis_socket`, `throttle_redis_socket`: the same Redis over
+//!   its Unix socket (`unix://`), as a Redis beside the application on one
+//!   host is reached: the round trip without TCP.
 //!
 //! The servers take turns, `HTTP_BENCH_ROUNDS` times (default 15), each
 //! round starting one server further down the list, so that no server
@@ -56,19 +59,32 @@ use suprnova::redis_client::RedisConnection;
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 
-const SERVERS: [&str; 6] = [
+const SERVERS: [&str; 8] = [
     "none",
     "pass_through",
     "driver_memory",
     "throttle_memory",
     "driver_redis",
     "throttle_redis",
+    "driver_redis_socket",
+    "throttle_redis_socket",
 ];
+
+/// The bench's Redis, over TCP and over its Unix socket.
+struct RedisConnections {
+    tcp: RedisConnection,
+    socket: RedisConnection,
+}
+
 /// A container with the backends `server` runs on.
-fn container(server: &str, redis: &RedisConnection) -> App {
-    if !server.ends_with("_redis") {
+fn container(server: &str, connections: &RedisConnections) -> App {
+    let redis = if server.ends_with("_redis") {
+        &connections.tcp
+    } else if server.ends_with("_redis_socket") {
+        &connections.socket
+    } else {
         return servers::memory_container();
-    }
+    };
     servers::container_with(
         Arc::new(RedisRateLimiter::new(redis.clone()).with_prefix("bench_http:")),
         Arc::new(RedisStore::new(redis.clone()).with_prefix("bench_http_cache:")),
@@ -229,7 +245,10 @@ fn main() {
         .enable_all()
         .build()
         .expect("the client runtime");
-    let redis_conn = redis.connection(&server_runtime);
+    let redis_conn = RedisConnections {
+        tcp: redis.connection(&server_runtime),
+        socket: redis.connection_at(&redis.socket_url(), &server_runtime),
+    };
 
     servers::register_throttle();
     println!(

@@ -23,7 +23,7 @@ use suprnova::{HttpResponse, Request, Router};
 /// The end of every production refusal: why, and the two ways out.
 const WHY_AND_WAYS_OUT: &str = "Per-process buckets mean every configured quota is multiplied by your replica count and reset by every deploy: behind N replicas a limit of 5 attempts is really 5N, and nothing says so, because the requests succeed. Either point it at Redis with RATE_LIMIT_DRIVER=redis and RATE_LIMIT_REDIS_URL=redis://cache.internal:6379, or, if you genuinely run a single process, set RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=true.";
 
-const URL_FORMS: &str = "for example RATE_LIMIT_REDIS_URL=redis://cache.internal:6379 (rediss:// for TLS; several comma-separated redis:// URLs, or redis+cluster://, for a Redis Cluster)";
+const URL_FORMS: &str = "for example RATE_LIMIT_REDIS_URL=redis://cache.internal:6379 (rediss:// for TLS; unix:///path/to/redis.sock for a socket on this host; several comma-separated redis:// URLs, or redis+cluster://, for a Redis Cluster)";
 
 fn env(pairs: &[(&str, &str)]) -> Env {
     Env::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
@@ -228,7 +228,7 @@ fn a_malformed_redis_url_is_refused_naming_the_variable_and_value() {
                 ("RATE_LIMIT_REDIS_URL", "cache.internal:6379"),
             ]),
             format!(
-                "RATE_LIMIT_REDIS_URL=\"cache.internal:6379\" is invalid: the scheme must be redis://, rediss://, redis+cluster:// or rediss+cluster://; {URL_FORMS}"
+                "RATE_LIMIT_REDIS_URL=\"cache.internal:6379\" is invalid: the scheme must be redis://, rediss://, unix://, redis+unix://, redis+cluster:// or rediss+cluster://; {URL_FORMS}"
             )
         );
     }
@@ -296,6 +296,10 @@ fn redis_url_forms() {
     )]);
     assert!(list.config.is_cluster());
     assert_eq!(list.config.nodes().len(), 3);
+
+    let socket = redis_plan(&[("RATE_LIMIT_REDIS_URL", "unix:///run/redis/redis.sock")]);
+    assert!(!socket.config.is_cluster());
+    assert_eq!(socket.config.nodes(), ["unix:///run/redis/redis.sock"]);
 
     let seed = redis_plan(&[("RATE_LIMIT_REDIS_URL", "redis+cluster://10.0.0.1:7000")]);
     assert!(seed.config.is_cluster());
@@ -649,6 +653,45 @@ async fn redis_is_installed_with_its_prefix_against_a_live_server() {
     assert!(
         keys.contains(&format!("{prefix}login:203.0.113.7")),
         "{keys}"
+    );
+}
+
+#[tokio::test]
+async fn redis_on_its_unix_socket_is_installed_and_shares_the_tcp_buckets() {
+    let server = RedisServer::start();
+    let url = format!("{}?pass=unused", server.socket_url());
+    let prefix = support::unique_prefix("socket");
+    let (app, summary) = boot(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", &server.socket_url()),
+        ("RATE_LIMIT_REDIS_PREFIX", &prefix),
+    ])
+    .await;
+    assert_eq!(
+        summary.unwrap().to_string(),
+        format!(
+            "environment=production driver=redis redis={} (answering) cache=memory trusted_proxies=none",
+            server.socket_url()
+        )
+    );
+    let driver = installed_driver(&app);
+    let cfg = SlidingWindowConfig::new(3, Duration::from_secs(2));
+    let mut admitted = Vec::new();
+    for _ in 0..4 {
+        admitted.push(driver.try_acquire("login:203.0.113.9", &cfg).await.unwrap());
+    }
+    assert_eq!(admitted, [true, true, true, false]);
+    // The same server over TCP holds the three admitted hits.
+    assert_eq!(
+        server.command(&format!("ZCARD {prefix}login:203.0.113.9")),
+        ":3\r\n"
+    );
+    // A password in a socket URL's query never reaches the summary.
+    let plan = redis_plan(&[("RATE_LIMIT_REDIS_URL", &url)]);
+    assert_eq!(
+        plan.config.redacted(),
+        format!("{}?pass=***", server.socket_url())
     );
 }
 

@@ -56,11 +56,25 @@ fn per_minute(max_requests: u32) -> SlidingWindowConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn twenty_connections_of_fifty_admit_exactly_100() {
     let server = RedisServer::start();
+    twenty_of_fifty_three_times(&server, &server.url()).await;
+}
+
+// The same over the server's Unix socket: twenty socket connections, TCP
+// to count.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn twenty_unix_socket_connections_of_fifty_admit_exactly_100() {
+    let server = RedisServer::start();
+    twenty_of_fifty_three_times(&server, &server.socket_url()).await;
+}
+
+/// Three runs of twenty connections to `url`, an address of `server`,
+/// making fifty attempts each on one key limited to 100.
+async fn twenty_of_fifty_three_times(server: &RedisServer, url: &str) {
     for run in 0..3 {
         let prefix = support::unique_prefix("exact");
         let drivers: Vec<Arc<dyn RateLimiterDriver>> = (0..20)
             .map(|_| {
-                Arc::new(RedisRateLimiter::new(connect(&server.url())).with_prefix(&prefix))
+                Arc::new(RedisRateLimiter::new(connect(url)).with_prefix(&prefix))
                     as Arc<dyn RateLimiterDriver>
             })
             .collect();

@@ -1,5 +1,6 @@
-//! A `redis-server` of the bench's own on a free loopback port (never 6379),
-//! with no persistence, stopped on drop; and the `INFO commandstats`
+//! A `redis-server` of the bench's own on a free loopback port (never 6379)
+//! and on a Unix socket in its scratch directory, with no persistence,
+//! stopped on drop; and the `INFO commandstats`
 //! counters, to count round trips.
 
 use std::collections::HashMap;
@@ -8,6 +9,9 @@ use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// The socket's file name in the scratch directory.
+const SOCKET: &str = "redis.sock";
 
 /// One `redis-server` child process.
 pub struct RedisProcess {
@@ -33,6 +37,8 @@ impl RedisProcess {
             .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--protected-mode", "no"])
             .args(["--dir", dir.to_str().unwrap(), "--logfile", "redis.log"])
+            .args(["--unixsocket", dir.join(SOCKET).to_str().unwrap()])
+            .args(["--unixsocketperm", "700"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -64,14 +70,32 @@ impl RedisProcess {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
-    /// A connection of the crate to this server, built inside `runtime`.
+    /// `unix://<scratch directory>/redis.sock`: the same server over its
+    /// Unix socket.
+    pub fn socket_url(&self) -> String {
+        format!("unix://{}", self.dir.join(SOCKET).display())
+    }
+
+    /// A connection of the crate to this server over TCP, built inside
+    /// `runtime`.
     #[cfg(feature = "redis")]
     pub fn connection(
         &self,
         runtime: &tokio::runtime::Runtime,
     ) -> suprnova::redis_client::RedisConnection {
+        self.connection_at(&self.url(), runtime)
+    }
+
+    /// A connection of the crate to `url`, one of this server's two
+    /// addresses, built inside `runtime`.
+    #[cfg(feature = "redis")]
+    pub fn connection_at(
+        &self,
+        url: &str,
+        runtime: &tokio::runtime::Runtime,
+    ) -> suprnova::redis_client::RedisConnection {
         use suprnova::redis_client::{RedisConfig, RedisConnection};
-        let config = RedisConfig::from_url(&self.url())
+        let config = RedisConfig::from_url(url)
             .expect("a Redis URL")
             .with_timeouts(Duration::from_secs(2), Duration::from_secs(2));
         let _guard = runtime.enter();

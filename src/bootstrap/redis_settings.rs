@@ -8,6 +8,7 @@ use super::variables::{
 };
 use crate::config::{ConfigError, Env};
 use crate::redis_client::RedisConfig;
+use crate::redis_client::redact_credentials;
 
 /// Where the Redis driver keeps its buckets, and how long it waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,7 +23,7 @@ pub struct RedisPlan {
 
 /// The forms an operator can copy, shown with every URL error.
 const URL_FORMS: &str = "for example RATE_LIMIT_REDIS_URL=redis://cache.internal:6379 \
-(rediss:// for TLS; several comma-separated redis:// URLs, or redis+cluster://, for a Redis \
+(rediss:// for TLS; unix:///path/to/redis.sock for a socket on this host; several comma-separated redis:// URLs, or redis+cluster://, for a Redis \
 Cluster)";
 
 impl RedisPlan {
@@ -45,11 +46,11 @@ impl RedisPlan {
             let node = if e.url == raw {
                 String::new()
             } else {
-                format!("{:?}: ", hide_credentials(&e.url))
+                format!("{:?}: ", redact_credentials(&e.url))
             };
             ConfigError::Invalid {
                 variable: RATE_LIMIT_REDIS_URL.to_owned(),
-                value: hide_credentials(&raw),
+                value: redact_credentials(&raw),
                 reason: format!("{node}{}; {URL_FORMS}", e.reason),
             }
         })?;
@@ -77,33 +78,5 @@ fn positive_millis(env: &Env, variable: &str) -> Result<Option<Duration>, Config
             value: raw,
             reason: "expected a whole number of milliseconds above 0, such as 250".to_owned(),
         }),
-    }
-}
-
-/// Each URL of a list with its user and password replaced by `***`, for a
-/// value that may not parse.
-fn hide_credentials(raw: &str) -> String {
-    raw.split(',')
-        .map(|part| match (part.find("://"), part.rfind('@')) {
-            (Some(scheme), Some(at)) if at > scheme => {
-                format!("{}***{}", &part[..scheme + 3], &part[at..])
-            }
-            _ => part.to_owned(),
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn credentials_are_hidden_in_every_node() {
-        assert_eq!(
-            hide_credentials("redis://u:p@a:1, rediss://:secret@b:2,c:3"),
-            "redis://***@a:1, rediss://***@b:2,c:3"
-        );
-        assert_eq!(hide_credentials("localhost:6379"), "localhost:6379");
     }
 }

@@ -7,7 +7,7 @@
 /// which production refuses.
 pub const RATE_LIMIT_DRIVER: &str = "RATE_LIMIT_DRIVER";
 
-/// Where Redis is, when `RATE_LIMIT_DRIVER=redis`: `redis://`, `rediss://`,
+/// Where Redis is, when `RATE_LIMIT_DRIVER=redis`: `redis://`, `rediss://`, `unix://`,
 /// a comma-separated list of node URLs, or `redis+cluster://`.
 pub const RATE_LIMIT_REDIS_URL: &str = "RATE_LIMIT_REDIS_URL";
 

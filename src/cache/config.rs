@@ -31,7 +31,7 @@ pub enum CacheStoreKind {
 /// | `APP_NAME` | `Laravel` | the default prefixes derive from it, as Laravel's `Str::slug` does |
 /// | `CACHE_PREFIX` | `<slug of APP_NAME>-cache-` (`laravel-cache-`) | the cache prefix |
 /// | `REDIS_PREFIX` | `<slug of APP_NAME>-database-` (`laravel-database-`) | the Redis connection prefix, before the cache prefix |
-/// | `REDIS_URL` | unset | the Redis URL; a cluster as a comma-separated list of node URLs |
+/// | `REDIS_URL` | unset | the Redis URL (`unix:///path/redis.sock` for a socket); a cluster as a comma-separated list of node URLs |
 /// | `REDIS_HOST`, `REDIS_PORT` | `127.0.0.1`, `6379` | used when `REDIS_URL` is unset; a `tls://` host means TLS |
 /// | `REDIS_USERNAME`, `REDIS_PASSWORD` | unset | credentials, used with `REDIS_HOST` |
 /// | `REDIS_CACHE_DB` | `1` | the database, unless the URL names one |
@@ -45,8 +45,8 @@ pub enum CacheStoreKind {
 ///
 /// Laravel keeps its cache in the database of its `cache` Redis connection,
 /// `REDIS_CACHE_DB`, 1 by default; a `REDIS_URL` that names a database
-/// (`redis://host:6379/2`) wins, as in Laravel. A cluster has only database
-/// 0.
+/// (`redis://host:6379/2`, or `?db=2` after a socket's path) wins, as in
+/// Laravel. A cluster has only database 0.
 ///
 /// ```
 /// use suprnova::cache::{CacheConfig, CacheStoreKind};
@@ -263,7 +263,14 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
     // URL over the connection's settings.
     let mut with_db = ::redis::parse_redis_url(&url)
         .ok_or_else(|| invalid(&url, "it does not parse as a URL".to_owned()))?;
-    if with_db.path().trim_matches('/').is_empty() {
+    if matches!(with_db.scheme(), "unix" | "redis+unix") {
+        // A socket's path is the file: its database is the `db` pair.
+        if !with_db.query_pairs().any(|(name, _)| name == "db") {
+            with_db
+                .query_pairs_mut()
+                .append_pair("db", &database.to_string());
+        }
+    } else if with_db.path().trim_matches('/').is_empty() {
         with_db.set_path(&format!("/{database}"));
     }
     RedisConfig::from_url(with_db.as_str()).map_err(|e| invalid(&url, e.reason))
@@ -379,6 +386,14 @@ mod tests {
         assert_eq!(
             redis(&[("REDIS_URL", "redis://a:7000,redis://b:7001")]).unwrap(),
             ["redis://a:7000", "redis://b:7001"]
+        );
+        assert_eq!(
+            redis(&[("REDIS_URL", "unix:///run/redis.sock")]).unwrap(),
+            ["unix:///run/redis.sock?db=1"]
+        );
+        assert_eq!(
+            redis(&[("REDIS_URL", "unix:///run/redis.sock?pass=p&db=4")]).unwrap(),
+            ["unix:///run/redis.sock?pass=p&db=4"]
         );
         assert_eq!(redis(&[]).unwrap(), ["redis://127.0.0.1:6379/1"]);
         assert_eq!(

@@ -13,6 +13,7 @@ use ::redis::IntoConnectionInfo;
 /// | `redis://host:6379/0` | one node, plain TCP (the path selects the database) |
 /// | `rediss://host:6380` | one node over TLS |
 /// | `redis://user:pass@host:6379` | with ACL credentials |
+/// | `unix:///run/redis/redis.sock` (or `redis+unix://`) | one node on this host, over its Unix socket (`?db=1&user=u&pass=p` for the rest) |
 /// | `redis://a:7000,redis://b:7001,redis://c:7002` | a Redis Cluster, given by its nodes |
 /// | `redis+cluster://a:7000` (or `rediss+cluster://`) | a Redis Cluster, given by one or more seed nodes |
 ///
@@ -23,6 +24,8 @@ use ::redis::IntoConnectionInfo;
 /// assert!(!one.is_cluster());
 /// let cluster = RedisConfig::from_url("redis://10.0.0.1:7000,redis://10.0.0.2:7000").unwrap();
 /// assert!(cluster.is_cluster());
+/// let socket = RedisConfig::from_url("unix:///run/redis/redis.sock").unwrap();
+/// assert!(!socket.is_cluster());
 /// assert!(RedisConfig::from_url("http://localhost").is_err());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,6 +37,12 @@ pub struct RedisConfig {
     /// How long a command may wait for its answer. Default 1 s.
     pub response_timeout: Duration,
 }
+
+/// The schemes of one node's URL.
+const NODE_SCHEMES: [&str; 4] = ["redis", "rediss", "unix", "redis+unix"];
+
+/// The schemes of a node on this host's Unix socket.
+const UNIX_SCHEMES: [&str; 2] = ["unix", "redis+unix"];
 
 /// A Redis URL that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,10 +85,19 @@ impl RedisConfig {
             None => rest.split(',').map(|u| u.trim().to_owned()).collect(),
         };
         for node in &nodes {
-            if !(node.starts_with("redis://") || node.starts_with("rediss://")) {
+            let scheme = node.split_once("://").map_or("", |(scheme, _)| scheme);
+            if !NODE_SCHEMES.contains(&scheme) {
                 return Err(refuse(
                     node,
-                    "the scheme must be redis://, rediss://, redis+cluster:// or rediss+cluster://",
+                    "the scheme must be redis://, rediss://, unix://, redis+unix://, \
+                     redis+cluster:// or rediss+cluster://",
+                ));
+            }
+            if UNIX_SCHEMES.contains(&scheme) && nodes.len() > 1 {
+                return Err(refuse(
+                    node,
+                    "a Unix socket is one node on this host; a Redis Cluster is given by \
+                     redis:// URLs",
                 ));
             }
             let info = node
@@ -124,19 +142,42 @@ impl RedisConfig {
         self.nodes.iter().any(|n| n.starts_with("rediss://"))
     }
 
-    /// The URLs with passwords replaced by `***`, for logs.
+    /// The URLs with credentials replaced by `***`, for logs.
     pub fn redacted(&self) -> String {
-        let shown: Vec<String> = self
-            .nodes
-            .iter()
-            .map(|n| match (n.find("://"), n.rfind('@')) {
-                (Some(s), Some(at)) if at > s => format!("{}***{}", &n[..s + 3], &n[at..]),
-                _ => n.clone(),
-            })
-            .collect();
         let kind = if self.cluster { "cluster " } else { "" };
-        format!("{kind}{}", shown.join(","))
+        format!("{kind}{}", redact_credentials(&self.nodes.join(",")))
     }
+}
+
+/// A URL, or a comma-separated list of them, with each one's credentials
+/// replaced by `***`: the user and password before `@`, and a Unix socket
+/// URL's `user=` and `pass=`. Works on a value that does not parse, for
+/// the error that refuses it.
+pub(crate) fn redact_credentials(urls: &str) -> String {
+    urls.split(',')
+        .map(|url| {
+            let url = match (url.find("://"), url.rfind('@')) {
+                (Some(scheme), Some(at)) if at > scheme => {
+                    format!("{}***{}", &url[..scheme + 3], &url[at..])
+                }
+                _ => url.to_owned(),
+            };
+            match url.split_once('?') {
+                Some((path, query)) => {
+                    let query: Vec<String> = query
+                        .split('&')
+                        .map(|pair| match pair.split_once('=') {
+                            Some((name @ ("user" | "pass"), _)) => format!("{name}=***"),
+                            _ => pair.to_owned(),
+                        })
+                        .collect();
+                    format!("{path}?{}", query.join("&"))
+                }
+                None => url,
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]
@@ -169,6 +210,9 @@ mod tests {
             "http://x",
             "redis://",
             "redis://h:notaport",
+            "unix://",
+            "unix://relative/redis.sock",
+            "redis://a:7000,unix:///run/redis.sock",
         ] {
             assert!(RedisConfig::from_url(bad).is_err(), "{bad} was accepted");
         }
@@ -178,5 +222,32 @@ mod tests {
     fn redacts_passwords() {
         let c = RedisConfig::from_url("redis://user:secret@h:6379").unwrap();
         assert_eq!(c.redacted(), "redis://***@h:6379");
+        let socket =
+            RedisConfig::from_url("unix:///run/redis.sock?db=2&user=u&pass=secret").unwrap();
+        assert_eq!(
+            socket.redacted(),
+            "unix:///run/redis.sock?db=2&user=***&pass=***"
+        );
+    }
+
+    #[test]
+    fn credentials_are_hidden_in_every_node_of_a_value_that_may_not_parse() {
+        assert_eq!(
+            redact_credentials("redis://u:p@a:1, rediss://:secret@b:2,c:3"),
+            "redis://***@a:1, rediss://***@b:2,c:3"
+        );
+        assert_eq!(redact_credentials("localhost:6379"), "localhost:6379");
+    }
+
+    #[test]
+    fn a_unix_socket_is_one_node() {
+        for url in [
+            "unix:///run/redis.sock",
+            "redis+unix:///run/redis.sock?db=1",
+        ] {
+            let c = RedisConfig::from_url(url).unwrap();
+            assert!(!c.is_cluster() && !c.uses_tls());
+            assert_eq!(c.nodes(), [url]);
+        }
     }
 }

@@ -9,5 +9,6 @@
 mod config;
 mod connection;
 
+pub(crate) use config::redact_credentials;
 pub use config::{RedisConfig, RedisUrlError};
 pub use connection::{RedisBackendError, RedisConnection};

@@ -88,7 +88,10 @@ fn spawn_redis(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
     })
 }
 
-/// One `redis-server` on a free loopback port.
+/// The file name of a server's Unix socket in its scratch directory.
+const SOCKET: &str = "redis.sock";
+
+/// One `redis-server` on a free loopback port and on a Unix socket.
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
@@ -119,6 +122,12 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// `unix://<scratch directory>/redis.sock`: the same server over its
+    /// Unix socket.
+    pub fn socket_url(&self) -> String {
+        format!("unix://{}", self.dir.join(SOCKET).display())
+    }
+
     /// Kills the server (as a crash would) and waits until the port is closed.
     pub fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -133,7 +142,13 @@ impl RedisServer {
     /// Starts the server again on the same port (empty: nothing persists).
     pub fn restart(&mut self) {
         self.stop();
-        self.child = Some(spawn_redis(self.port, &self.dir, &[]));
+        let socket = self.dir.join(SOCKET);
+        let socket = socket.to_str().unwrap();
+        self.child = Some(spawn_redis(
+            self.port,
+            &self.dir,
+            &["--unixsocket", socket, "--unixsocketperm", "700"],
+        ));
         let port = self.port;
         wait_until(
             "redis-server to answer PING",
