@@ -30,6 +30,9 @@
 //! - `driver_redis_socket`, `throttle_redis_socket`: the same Redis over
 //!   its Unix socket (`unix://`), as a Redis beside the application on one
 //!   host is reached: the round trip without TCP.
+//! - `ping_redis`: no limiter, but a middleware that sends Redis one `PING`
+//!   before the rest of the chain: what a round trip to Redis costs a
+//!   request when Redis has nothing to do.
 //!
 //! The servers take turns, `HTTP_BENCH_ROUNDS` times (default 15), each
 //! round starting one server further down the list, so that no server
@@ -51,15 +54,15 @@ use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::TokioIo;
 use support::redis::RedisProcess;
 use support::servers::{self, router};
-use suprnova::Router;
 use suprnova::cache::RedisStore;
 use suprnova::container::App;
 use suprnova::rate_limit::redis::RedisRateLimiter;
 use suprnova::redis_client::RedisConnection;
+use suprnova::{Middleware, Next, Request, Response, Router, async_trait};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::oneshot;
 
-const SERVERS: [&str; 8] = [
+const SERVERS: [&str; 9] = [
     "none",
     "pass_through",
     "driver_memory",
@@ -68,7 +71,28 @@ const SERVERS: [&str; 8] = [
     "throttle_redis",
     "driver_redis_socket",
     "throttle_redis_socket",
+    "ping_redis",
 ];
+
+/// A middleware that waits for one `PING` to Redis, then calls the rest of
+/// the chain: the round trip without a limiter's work.
+struct PingRedis(RedisConnection);
+
+#[async_trait]
+impl Middleware for PingRedis {
+    async fn handle(&self, request: Request, next: Next) -> Response {
+        self.0.ping().await.expect("Redis answers PING");
+        next(request).await
+    }
+}
+
+/// The router of `server`.
+fn server_router(server: &str, connections: &RedisConnections) -> Router {
+    match server {
+        "ping_redis" => router("none").middleware(PingRedis(connections.tcp.clone())),
+        limited => router(limited),
+    }
+}
 
 /// The bench's Redis, over TCP and over its Unix socket.
 struct RedisConnections {
@@ -269,7 +293,7 @@ fn main() {
             let (server, loads) = &mut results[(round as usize + turn) % servers];
             redis.command("FLUSHALL");
             let app = container(server, &redis_conn);
-            let router = router(server);
+            let router = server_router(server, &redis_conn);
             let (addr, stop) = start_server(&server_runtime, app, router);
             load(&client_runtime, addr, connections, warm_up);
             let (process_before, redis_before) = (cpu_micros("self"), cpu_micros(&redis.pid()));
@@ -287,7 +311,7 @@ fn main() {
                 reads => requests as f64 / reads as f64,
             };
             eprintln!(
-                "round {round}: {server:<16} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us  steal {:>4.1}%",
+                "round {round}: {server:<21} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us  steal {:>4.1}%",
                 measured.rate, measured.p50_us, measured.p99_us, measured.steal_percent
             );
             loads.push(measured);
@@ -311,7 +335,7 @@ fn main() {
         .collect();
     let base = medians[0].1.load.rate;
     println!(
-        "{:<16} {:>10} {:>15} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20} {:>8}",
+        "{:<21} {:>10} {:>15} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20} {:>8}",
         "server",
         "req/s",
         "rounds' range",
@@ -333,7 +357,7 @@ fn main() {
     ) in &medians
     {
         println!(
-            "{:<16} {:>10.0} {:>15} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2} {:>7.1}%",
+            "{:<21} {:>10.0} {:>15} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2} {:>7.1}%",
             server,
             load.rate,
             format!("{slowest:.0}-{fastest:.0}"),
