@@ -155,29 +155,37 @@ impl RedisConfig {
 /// the error that refuses it.
 pub(crate) fn redact_credentials(urls: &str) -> String {
     urls.split(',')
-        .map(|url| {
-            let url = match (url.find("://"), url.rfind('@')) {
-                (Some(scheme), Some(at)) if at > scheme => {
-                    format!("{}***{}", &url[..scheme + 3], &url[at..])
-                }
-                _ => url.to_owned(),
-            };
-            match url.split_once('?') {
-                Some((path, query)) => {
-                    let query: Vec<String> = query
-                        .split('&')
-                        .map(|pair| match pair.split_once('=') {
-                            Some((name @ ("user" | "pass"), _)) => format!("{name}=***"),
-                            _ => pair.to_owned(),
-                        })
-                        .collect();
-                    format!("{path}?{}", query.join("&"))
-                }
-                None => url,
-            }
-        })
+        .map(redact_one)
         .collect::<Vec<_>>()
         .join(",")
+}
+
+fn redact_one(url: &str) -> String {
+    // A socket's credentials are in its query, where a password may hold an
+    // `@`; a TCP URL's are before its host, where a password may hold a `?`.
+    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
+    let userinfo_ends = if UNIX_SCHEMES.contains(&scheme) {
+        url.find('?').unwrap_or(url.len())
+    } else {
+        url.len()
+    };
+    let shown = match (url.find("://"), url[..userinfo_ends].rfind('@')) {
+        (Some(start), Some(at)) if at > start => {
+            format!("{}***{}", &url[..start + 3], &url[at..])
+        }
+        _ => url.to_owned(),
+    };
+    let Some((before, query)) = shown.split_once('?') else {
+        return shown;
+    };
+    let query: Vec<String> = query
+        .split('&')
+        .map(|pair| match pair.split_once('=') {
+            Some((name @ ("user" | "pass"), _)) => format!("{name}=***"),
+            _ => pair.to_owned(),
+        })
+        .collect();
+    format!("{before}?{}", query.join("&"))
 }
 
 #[cfg(test)]
@@ -237,6 +245,15 @@ mod tests {
             "redis://***@a:1, rediss://***@b:2,c:3"
         );
         assert_eq!(redact_credentials("localhost:6379"), "localhost:6379");
+        // A password holding the other form's separator hides in full.
+        assert_eq!(
+            redact_credentials("unix:///run/redis.sock?pass=se@cret&db=1"),
+            "unix:///run/redis.sock?pass=***&db=1"
+        );
+        assert_eq!(
+            redact_credentials("redis://app:se?cret@h:6379"),
+            "redis://***@h:6379"
+        );
     }
 
     #[test]
