@@ -23,8 +23,8 @@ pub struct RedisPlan {
 
 /// The forms an operator can copy, shown with every URL error.
 const URL_FORMS: &str = "for example RATE_LIMIT_REDIS_URL=redis://cache.internal:6379 \
-(rediss:// for TLS; unix:///path/to/redis.sock for a socket on this host; several comma-separated redis:// URLs, or redis+cluster://, for a Redis \
-Cluster)";
+(rediss:// for TLS; unix:///path/to/redis.sock for a socket on this host; several \
+comma-separated redis:// URLs, or redis+cluster://, for a Redis Cluster)";
 
 impl RedisPlan {
     /// Reads `RATE_LIMIT_REDIS_URL` (required), the two timeouts and the
