@@ -215,19 +215,27 @@ async fn counters_a_laravel_application_wrote_are_read_and_counted() {
 #[tokio::test]
 async fn the_env_config_installs_a_redis_store_in_the_cache_database() {
     let server = RedisServer::start();
-    counts_in_the_cache_database(&server, &server.url()).await;
+    counts_in_the_cache_database(&server, ("REDIS_URL", &server.url())).await;
 }
 
 #[tokio::test]
 async fn a_unix_socket_url_takes_the_cache_database_too() {
     let server = RedisServer::start();
-    counts_in_the_cache_database(&server, &server.socket_url()).await;
+    counts_in_the_cache_database(&server, ("REDIS_URL", &server.socket_url())).await;
 }
 
-/// Boots a Redis store from `REDIS_URL=url`, an address of `server`
-/// naming no database, and checks that it counts in database 1.
-async fn counts_in_the_cache_database(server: &RedisServer, url: &str) {
-    let env = Env::from_pairs([("CACHE_STORE", "redis"), ("REDIS_URL", url)]);
+#[tokio::test]
+async fn a_socket_path_in_redis_host_is_reached_as_phpredis_reaches_it() {
+    let server = RedisServer::start();
+    let url = server.socket_url();
+    let path = url.strip_prefix("unix://").unwrap();
+    counts_in_the_cache_database(&server, ("REDIS_HOST", path)).await;
+}
+
+/// Boots a Redis store from `address`, a variable naming an address of
+/// `server` and no database, and checks that it counts in database 1.
+async fn counts_in_the_cache_database(server: &RedisServer, address: (&str, &str)) {
+    let env = Env::from_pairs([("CACHE_STORE", "redis"), address]);
     let config = CacheConfig::from_env(&env).unwrap();
     let app = App::new();
     let store = config.install(&app).unwrap();

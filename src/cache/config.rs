@@ -32,7 +32,7 @@ pub enum CacheStoreKind {
 /// | `CACHE_PREFIX` | `<slug of APP_NAME>-cache-` (`laravel-cache-`) | the cache prefix |
 /// | `REDIS_PREFIX` | `<slug of APP_NAME>-database-` (`laravel-database-`) | the Redis connection prefix, before the cache prefix |
 /// | `REDIS_URL` | unset | the Redis URL (`unix:///path/redis.sock` for a socket); a cluster as a comma-separated list of node URLs |
-/// | `REDIS_HOST`, `REDIS_PORT` | `127.0.0.1`, `6379` | used when `REDIS_URL` is unset; a `tls://` host means TLS |
+/// | `REDIS_HOST`, `REDIS_PORT` | `127.0.0.1`, `6379` | used when `REDIS_URL` is unset; a `tls://` host means TLS, a path (`/var/run/redis/redis.sock`) a Unix socket |
 /// | `REDIS_USERNAME`, `REDIS_PASSWORD` | unset | credentials, used with `REDIS_HOST` |
 /// | `REDIS_CACHE_DB` | `1` | the database, unless the URL names one |
 ///
@@ -281,6 +281,9 @@ fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
     let host = env
         .get("REDIS_HOST")
         .unwrap_or_else(|| "127.0.0.1".to_owned());
+    if host.starts_with('/') {
+        return socket_url_from_parts(env, &host, database);
+    }
     let port = env.parse::<u16>("REDIS_PORT")?.unwrap_or(6379);
     let (scheme, host) = match host.strip_prefix("tls://") {
         Some(bare) => ("rediss", bare.to_owned()),
@@ -300,6 +303,26 @@ fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
     if let Some(password) = env.get("REDIS_PASSWORD") {
         url.set_password(Some(&password))
             .map_err(|()| refuse("REDIS_PASSWORD cannot be set on this host"))?;
+    }
+    Ok(url.to_string())
+}
+
+/// A `REDIS_HOST` that is a path, as phpredis takes it: the Unix socket
+/// there, with the database and the credentials in the query. The port is
+/// not read.
+#[cfg(feature = "redis")]
+fn socket_url_from_parts(env: &Env, path: &str, database: u32) -> Result<String, ConfigError> {
+    let mut url = ::redis::parse_redis_url("unix:///").expect("a socket URL parses");
+    url.set_path(path);
+    {
+        let mut query = url.query_pairs_mut();
+        query.append_pair("db", &database.to_string());
+        if let Some(user) = env.get("REDIS_USERNAME") {
+            query.append_pair("user", &user);
+        }
+        if let Some(password) = env.get("REDIS_PASSWORD") {
+            query.append_pair("pass", &password);
+        }
     }
     Ok(url.to_string())
 }
@@ -396,6 +419,18 @@ mod tests {
             ["unix:///run/redis.sock?pass=p&db=4"]
         );
         assert_eq!(redis(&[]).unwrap(), ["redis://127.0.0.1:6379/1"]);
+        // A path is a Unix socket, as phpredis reads REDIS_HOST; the port
+        // is not read.
+        assert_eq!(
+            redis(&[
+                ("REDIS_HOST", "/var/run/redis/redis.sock"),
+                ("REDIS_PORT", "0"),
+                ("REDIS_USERNAME", "app"),
+                ("REDIS_PASSWORD", "p&ss word"),
+            ])
+            .unwrap(),
+            ["unix:///var/run/redis/redis.sock?db=1&user=app&pass=p%26ss+word"]
+        );
         assert_eq!(
             redis(&[
                 ("REDIS_HOST", "tls://r.example"),
