@@ -248,6 +248,15 @@ fn a_malformed_redis_url_is_refused_naming_the_variable_and_value() {
         );
         assert!(err.ends_with(URL_FORMS), "{err}");
     }
+    assert_eq!(
+        refusal(&[
+            ("RATE_LIMIT_DRIVER", "redis"),
+            ("RATE_LIMIT_REDIS_URL", "unix://redis.sock?pass=secret"),
+        ]),
+        format!(
+            "RATE_LIMIT_REDIS_URL=\"unix://redis.sock?pass=***\" is invalid: a Unix socket is given by its absolute path, as in unix:///run/redis/redis.sock; {URL_FORMS}"
+        )
+    );
 }
 
 #[test]

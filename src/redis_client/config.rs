@@ -85,7 +85,7 @@ impl RedisConfig {
             None => rest.split(',').map(|u| u.trim().to_owned()).collect(),
         };
         for node in &nodes {
-            let scheme = node.split_once("://").map_or("", |(scheme, _)| scheme);
+            let scheme = scheme_of(node);
             if !NODE_SCHEMES.contains(&scheme) {
                 return Err(refuse(
                     node,
@@ -98,6 +98,13 @@ impl RedisConfig {
                     node,
                     "a Unix socket is one node on this host; a Redis Cluster is given by \
                      redis:// URLs",
+                ));
+            }
+            if UNIX_SCHEMES.contains(&scheme) && !node[scheme.len() + 3..].starts_with('/') {
+                return Err(refuse(
+                    node,
+                    "a Unix socket is given by its absolute path, as in \
+                     unix:///run/redis/redis.sock",
                 ));
             }
             let info = node
@@ -149,6 +156,11 @@ impl RedisConfig {
     }
 }
 
+/// The scheme of a URL, before `://`; empty when it has none.
+fn scheme_of(url: &str) -> &str {
+    url.split_once("://").map_or("", |(scheme, _)| scheme)
+}
+
 /// A URL, or a comma-separated list of them, with each one's credentials
 /// replaced by `***`: the user and password before `@`, and a Unix socket
 /// URL's `user=` and `pass=`. Works on a value that does not parse, for
@@ -163,8 +175,7 @@ pub(crate) fn redact_credentials(urls: &str) -> String {
 fn redact_one(url: &str) -> String {
     // A socket's credentials are in its query, where a password may hold an
     // `@`; a TCP URL's are before its host, where a password may hold a `?`.
-    let scheme = url.split_once("://").map_or("", |(scheme, _)| scheme);
-    let userinfo_ends = if UNIX_SCHEMES.contains(&scheme) {
+    let userinfo_ends = if UNIX_SCHEMES.contains(&scheme_of(url)) {
         url.find('?').unwrap_or(url.len())
     } else {
         url.len()
@@ -218,12 +229,27 @@ mod tests {
             "http://x",
             "redis://",
             "redis://h:notaport",
-            "unix://",
-            "unix://relative/redis.sock",
-            "redis://a:7000,unix:///run/redis.sock",
+            "unix:///run/redis.sock?db=x",
         ] {
             assert!(RedisConfig::from_url(bad).is_err(), "{bad} was accepted");
         }
+        let reason = |url: &str| RedisConfig::from_url(url).unwrap_err().reason;
+        for relative in [
+            "unix://",
+            "unix://run/redis.sock",
+            "redis+unix://redis.sock",
+        ] {
+            assert_eq!(
+                reason(relative),
+                "a Unix socket is given by its absolute path, as in unix:///run/redis/redis.sock"
+            );
+        }
+        let in_a_list = RedisConfig::from_url("redis://a:7000,unix:///run/redis.sock").unwrap_err();
+        assert_eq!(in_a_list.url, "unix:///run/redis.sock");
+        assert_eq!(
+            in_a_list.reason,
+            "a Unix socket is one node on this host; a Redis Cluster is given by redis:// URLs"
+        );
     }
 
     #[test]
