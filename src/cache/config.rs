@@ -10,7 +10,7 @@ use crate::config::{ConfigError, Env};
 use crate::container::App;
 use crate::limiter::CacheRateLimiter;
 #[cfg(feature = "redis")]
-use crate::redis_client::{RedisConfig, RedisConnection};
+use crate::redis_client::{RedisConfig, RedisConnection, is_socket_scheme};
 
 /// Which backend the cache uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -263,7 +263,7 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
     // URL over the connection's settings.
     let mut with_db = ::redis::parse_redis_url(&url)
         .ok_or_else(|| invalid(&url, "it does not parse as a URL".to_owned()))?;
-    if matches!(with_db.scheme(), "unix" | "redis+unix") {
+    if is_socket_scheme(with_db.scheme()) {
         // A socket's path is the file: its database is the `db` pair.
         if !with_db.query_pairs().any(|(name, _)| name == "db") {
             with_db
@@ -282,7 +282,7 @@ fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
         .get("REDIS_HOST")
         .unwrap_or_else(|| "127.0.0.1".to_owned());
     if host.starts_with('/') {
-        return socket_url_from_parts(env, &host, database);
+        return Ok(socket_url_from_parts(env, &host, database));
     }
     let port = env.parse::<u16>("REDIS_PORT")?.unwrap_or(6379);
     let (scheme, host) = match host.strip_prefix("tls://") {
@@ -311,7 +311,7 @@ fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
 /// there, with the database and the credentials in the query. The port is
 /// not read.
 #[cfg(feature = "redis")]
-fn socket_url_from_parts(env: &Env, path: &str, database: u32) -> Result<String, ConfigError> {
+fn socket_url_from_parts(env: &Env, path: &str, database: u32) -> String {
     let mut url = ::redis::parse_redis_url("unix:///").expect("a socket URL parses");
     url.set_path(path);
     {
@@ -324,7 +324,7 @@ fn socket_url_from_parts(env: &Env, path: &str, database: u32) -> Result<String,
             query.append_pair("pass", &password);
         }
     }
-    Ok(url.to_string())
+    url.to_string()
 }
 
 #[cfg(test)]

@@ -41,8 +41,10 @@ pub struct RedisConfig {
 /// The schemes of one node's URL.
 const NODE_SCHEMES: [&str; 4] = ["redis", "rediss", "unix", "redis+unix"];
 
-/// The schemes of a node on this host's Unix socket.
-const UNIX_SCHEMES: [&str; 2] = ["unix", "redis+unix"];
+/// Whether `scheme` names a node on this host's Unix socket.
+pub(crate) fn is_socket_scheme(scheme: &str) -> bool {
+    matches!(scheme, "unix" | "redis+unix")
+}
 
 /// A Redis URL that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -93,14 +95,14 @@ impl RedisConfig {
                      redis+cluster:// or rediss+cluster://",
                 ));
             }
-            if UNIX_SCHEMES.contains(&scheme) && nodes.len() > 1 {
+            if is_socket_scheme(scheme) && nodes.len() > 1 {
                 return Err(refuse(
                     node,
                     "a Unix socket is one node on this host; a Redis Cluster is given by \
                      redis:// URLs",
                 ));
             }
-            if UNIX_SCHEMES.contains(&scheme) && !node[scheme.len() + 3..].starts_with('/') {
+            if is_socket_scheme(scheme) && !node[scheme.len() + 3..].starts_with('/') {
                 return Err(refuse(
                     node,
                     "a Unix socket is given by its absolute path, as in \
@@ -175,7 +177,7 @@ pub(crate) fn redact_credentials(urls: &str) -> String {
 fn redact_one(url: &str) -> String {
     // A socket's credentials are in its query, where a password may hold an
     // `@`; a TCP URL's are before its host, where a password may hold a `?`.
-    let userinfo_ends = if UNIX_SCHEMES.contains(&scheme_of(url)) {
+    let userinfo_ends = if is_socket_scheme(scheme_of(url)) {
         url.find('?').unwrap_or(url.len())
     } else {
         url.len()

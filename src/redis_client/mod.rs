@@ -9,6 +9,6 @@
 mod config;
 mod connection;
 
-pub(crate) use config::redact_credentials;
 pub use config::{RedisConfig, RedisUrlError};
+pub(crate) use config::{is_socket_scheme, redact_credentials};
 pub use connection::{RedisBackendError, RedisConnection};
