@@ -40,7 +40,6 @@ impl Shards {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sharded::Slot;
 
     // The budget of a key that holds 100 hits: a few hundred bytes all told,
     // against about 1,245 for a `HashMap<String, VecDeque<u64>>`.
@@ -61,7 +60,7 @@ mod tests {
         let block = |n: usize| (n + 16).div_ceil(16) * 16;
         let mut bytes = 0;
         shards.0.for_each_shard(|table| {
-            bytes += table.capacity() * (size_of::<Slot<Bucket>>() + 1);
+            bytes += table.allocated_bytes();
             for slot in table.iter() {
                 let key_heap = if slot.key.is_heap_allocated() {
                     block(slot.key.len())
