@@ -293,6 +293,9 @@ impl Contender {
 
 const CONTENDERS: [&str; 4] = ["suprnova", "suprnova_dyn", "governor", "naive_log"];
 
+/// The contenders the ratios compare, in the columns' order.
+const COMPARED: [&str; 3] = ["suprnova", "governor", "naive_log"];
+
 /// The keys of a case: the order the limiters first see them in (the fill)
 /// and the order the measured calls walk them in.
 struct KeySet {
@@ -464,7 +467,7 @@ fn report(since: SystemTime) {
     }
     for scenario in [Scenario::Flood, Scenario::FloodFakeClock] {
         for set in ["100k_keys", "100k_keys_shuffled"] {
-            for id in ["suprnova", "governor", "naive_log"] {
+            for id in COMPARED {
                 if let (Some(one), Some(two)) = (ns(scenario, set, 1, id), ns(scenario, set, 2, id))
                 {
                     println!(
@@ -526,7 +529,6 @@ const ALTERNATING_DECISIONS: u64 = 200_000;
 /// that brings its data back into the caches, and each run's median over
 /// the rounds is reported: a drift slows every contender alike.
 fn alternating() {
-    const NAMES: [&str; 3] = ["suprnova", "governor", "naive_log"];
     println!(
         "\n== memory_driver, flood, in alternation: {ALTERNATING_ROUNDS} rounds of \
          {ALTERNATING_DECISIONS} decisions per contender and thread count, median ns per decision =="
@@ -534,13 +536,14 @@ fn alternating() {
     print_ratio_header();
     let mut scaling = Vec::new();
     for keys in key_sets() {
-        let contenders = NAMES.map(|name| {
+        let contenders = COMPARED.map(|name| {
             let contender = Contender::build(name, Scenario::Flood);
             contender.fill(&keys.first_seen);
             contender
         });
         // (contender, threads) of each run, and its ns per decision a round.
-        let runs: Vec<(usize, usize)> = (0..NAMES.len()).flat_map(|c| [(c, 1), (c, 2)]).collect();
+        let runs: Vec<(usize, usize)> =
+            (0..COMPARED.len()).flat_map(|c| [(c, 1), (c, 2)]).collect();
         let mut samples = vec![Vec::with_capacity(ALTERNATING_ROUNDS); runs.len()];
         for round in 0..ALTERNATING_ROUNDS {
             for turn in 0..runs.len() {
@@ -568,7 +571,7 @@ fn alternating() {
             let ns = [0, 1, 2].map(|c| median(c, threads));
             print_ratio_row(&format!("flood {} {threads}t", keys.name), ns);
         }
-        for (c, name) in NAMES.iter().enumerate() {
+        for (c, name) in COMPARED.iter().enumerate() {
             let case = format!("flood {}", keys.name);
             scaling.push(scaling_line(&case, name, median(c, 1), median(c, 2)));
         }
