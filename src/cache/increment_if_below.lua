@@ -4,11 +4,17 @@
 -- counter past the ceiling between a read and a write.
 --
 -- KEYS[1]  the full key of the counter (prefix included)
+-- KEYS[2]  optional: the full key of the counter's window timer, written
+--          first, only when it is missing (SET NX), with ARGV[4] as its value
+--          and ARGV[1] as its time to live: a rate-limit window opened and
+--          counted in one step, on one node (a cluster keeps the two keys in
+--          different slots and sends the timer's SET on its own)
 -- ARGV[1]  the time to live, in whole seconds (at least 1), that a counter
 --          without one gets when it counts (a new counter, or one that
 --          INCRBY created without a time to live)
 -- ARGV[2]  the amount to add (an integer, may be negative)
 -- ARGV[3]  the ceiling (an integer)
+-- ARGV[4]  with KEYS[2]: the timer's value, the end of the window
 --
 -- Returns {counted, count}: counted is 1 when the amount was added and count
 -- is then the new value; counted is 0 when it was not, and count is the
@@ -17,6 +23,9 @@
 --
 -- Counts are compared as Lua numbers (doubles): exact up to 2^53, far beyond
 -- any rate-limit count; a ceiling of 2^63 - 1 means "no ceiling".
+if KEYS[2] then
+    redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[1], 'NX')
+end
 local current = redis.call('GET', KEYS[1])
 local count = 0
 if current then

@@ -4,13 +4,13 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use ::redis::{Script, cmd};
+use ::redis::{Script, ScriptInvocation, cmd};
 use async_trait::async_trait;
 
-use super::store::{CacheError, IncrementOutcome, Store};
+use super::store::{CacheError, IncrementOutcome, Store, add_then_increment_if_below};
 use crate::redis_client::RedisConnection;
 
-/// The conditional increment.
+/// The conditional increment, and with a timer key the window's timer too.
 static INCREMENT_IF_BELOW: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("increment_if_below.lua")));
 
@@ -53,8 +53,12 @@ static INCREMENT_IF_BELOW: LazyLock<Script> =
 /// Laravel's `EXISTS`-then-`SETEX` script, in one native command),
 /// `increment` and `decrement` are `INCRBY` and
 /// `DECRBY`, `increment_if_below` is one script, `forget` is `DEL`, `ttl` is
-/// `PTTL`. Every call is bounded by the connection's timeouts and then fails
-/// with [`CacheError::Timeout`].
+/// `PTTL`. The one call on two keys, `increment_in_window` (the throttle's
+/// count of a request: a window's timer written when missing, then the
+/// conditional increment), is the same script given both keys on one node,
+/// one command per request; on a cluster it is `SET NX EX` and the script
+/// sent at once, in one round trip. Every call is bounded by the
+/// connection's timeouts and then fails with [`CacheError::Timeout`].
 ///
 /// ```no_run
 /// use suprnova::cache::{RedisStore, Store};
@@ -109,6 +113,18 @@ impl RedisStore {
     /// The connection.
     pub fn connection(&self) -> &RedisConnection {
         &self.conn
+    }
+
+    /// Runs the conditional increment as `invocation` sets it up.
+    async fn count_below(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<IncrementOutcome, CacheError> {
+        let (counted, count): (i64, i64) = self.conn.invoke(invocation).await?;
+        Ok(IncrementOutcome {
+            counted: counted == 1,
+            count,
+        })
     }
 
     fn full_key(&self, key: &str) -> String {
@@ -179,11 +195,41 @@ impl Store for RedisStore {
             .arg(decay_seconds.max(1))
             .arg(amount)
             .arg(ceiling);
-        let (counted, count): (i64, i64) = self.conn.invoke(&invocation).await?;
-        Ok(IncrementOutcome {
-            counted: counted == 1,
-            count,
-        })
+        self.count_below(&invocation).await
+    }
+
+    /// On one node, the timer's `SET NX EX` and the conditional increment
+    /// in one script call; on a cluster, where the two keys live in
+    /// different slots, the two calls at once.
+    async fn increment_in_window(
+        &self,
+        key: &str,
+        timer_key: &str,
+        ends_at: i64,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        if self.conn.config().is_cluster() {
+            return add_then_increment_if_below(
+                self,
+                key,
+                timer_key,
+                ends_at,
+                decay_seconds,
+                amount,
+                ceiling,
+            )
+            .await;
+        }
+        let mut invocation = INCREMENT_IF_BELOW.key(self.full_key(key));
+        invocation
+            .key(self.full_key(timer_key))
+            .arg(decay_seconds.max(1))
+            .arg(amount)
+            .arg(ceiling)
+            .arg(ends_at);
+        self.count_below(&invocation).await
     }
 
     async fn forget(&self, key: &str) -> Result<bool, CacheError> {

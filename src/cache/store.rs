@@ -102,7 +102,8 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// one multiplexed connection they travel in one round trip and a
     /// single server runs them in the order sent. A store that can do both
     /// in one step of its own overrides it, as
-    /// [`MemoryStore`](super::MemoryStore) does (one clock read, no text).
+    /// [`MemoryStore`](super::MemoryStore) does (one clock read, no text)
+    /// and `RedisStore` does on one node (one script).
     async fn increment_in_window(
         &self,
         key: &str,
@@ -112,14 +113,16 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         amount: i64,
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError> {
-        let ttl = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
-        let ends_at = ends_at.to_string();
-        let (_, outcome) = futures_util::future::try_join(
-            self.add(timer_key, &ends_at, ttl),
-            self.increment_if_below(key, decay_seconds, amount, ceiling),
+        add_then_increment_if_below(
+            self,
+            key,
+            timer_key,
+            ends_at,
+            decay_seconds,
+            amount,
+            ceiling,
         )
-        .await?;
-        Ok(outcome)
+        .await
     }
 
     /// Removes `key`; `true` when it was there.
@@ -135,6 +138,29 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
 
     /// A short name for logs: `memory`, `redis`.
     fn name(&self) -> &'static str;
+}
+
+/// [`Store::increment_in_window`] as two calls started at once, the timer's
+/// `add` first: the provided method, and the path of a store that can fuse
+/// the two only sometimes (a Redis Cluster, where the counter and its timer
+/// live in different slots).
+pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+    timer_key: &str,
+    ends_at: i64,
+    decay_seconds: i64,
+    amount: i64,
+    ceiling: i64,
+) -> Result<IncrementOutcome, CacheError> {
+    let ttl = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
+    let ends_at = ends_at.to_string();
+    let (_, outcome) = futures_util::future::try_join(
+        store.add(timer_key, &ends_at, ttl),
+        store.increment_if_below(key, decay_seconds, amount, ceiling),
+    )
+    .await?;
+    Ok(outcome)
 }
 
 /// What [`Store::increment_if_below`] did.

@@ -345,13 +345,19 @@ impl CacheRateLimiter {
             return Ok(hits);
         }
         // The timer first, so that a counter never exists without its timer
-        // (too_many_attempts would take that for an ended window).
-        self.store
-            .add(&timer_key(key), &window.ends_at.to_string(), window.ttl())
-            .await?;
+        // (too_many_attempts would take that for an ended window): the
+        // store's `increment_in_window` keeps that order, in one round trip
+        // (on a cluster, with the gap `increment_if_below` describes).
         let outcome = self
             .store
-            .increment_if_below(key, window.ttl_seconds, amount, i64::MAX)
+            .increment_in_window(
+                key,
+                &timer_key(key),
+                window.ends_at,
+                window.ttl_seconds,
+                amount,
+                i64::MAX,
+            )
             .await?;
         if !outcome.counted {
             return Err(CacheError::Overflow {

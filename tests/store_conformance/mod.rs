@@ -195,6 +195,66 @@ pub async fn keys_are_independent(store: &dyn Store, p: &str) {
     assert_eq!(store.get(&b).await.unwrap().as_deref(), Some("1796202328"));
 }
 
+pub async fn increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling(
+    store: &dyn Store,
+    p: &str,
+) {
+    let (k, timer) = (format!("{p}w"), format!("{p}w:timer"));
+    let mut outcomes = Vec::new();
+    for ends_at in [1_796_202_328, 1_796_202_329, 1_796_202_330] {
+        outcomes.push(
+            store
+                .increment_in_window(&k, &timer, ends_at, 60, 1, 2)
+                .await
+                .unwrap(),
+        );
+    }
+    let outcome = |counted, count| IncrementOutcome { counted, count };
+    assert_eq!(
+        outcomes,
+        [outcome(true, 1), outcome(true, 2), outcome(false, 2)]
+    );
+    // The first call opened the window: its end stays in the timer.
+    assert_eq!(
+        store.get(&timer).await.unwrap().as_deref(),
+        Some("1796202328")
+    );
+    assert_eq!(store.get(&k).await.unwrap().as_deref(), Some("2"));
+    for key in [&k, &timer] {
+        let ttl = store.ttl(key).await.unwrap().unwrap();
+        assert!(
+            ttl <= MINUTE && ttl > Duration::from_secs(55),
+            "{key}: {ttl:?}"
+        );
+    }
+    // A timer already there is kept, and an amount above the ceiling counts
+    // nothing: a missing counter stays missing.
+    let (lone, lone_timer) = (format!("{p}lone"), format!("{p}lone:timer"));
+    store.put(&lone_timer, "1796200000", MINUTE).await.unwrap();
+    assert_eq!(
+        store
+            .increment_in_window(&lone, &lone_timer, 1_796_202_328, 60, 5, 4)
+            .await
+            .unwrap(),
+        outcome(false, 0)
+    );
+    assert_eq!(store.get(&lone).await.unwrap(), None);
+    assert_eq!(
+        store.get(&lone_timer).await.unwrap().as_deref(),
+        Some("1796200000")
+    );
+    // A counter that holds text is an error, as for INCRBY.
+    let (text, text_timer) = (format!("{p}text"), format!("{p}text:timer"));
+    store.put(&text, "abc", MINUTE).await.unwrap();
+    assert!(
+        store
+            .increment_in_window(&text, &text_timer, 1_796_202_328, 60, 1, 10)
+            .await
+            .is_err()
+    );
+    assert_eq!(store.get(&text).await.unwrap().as_deref(), Some("abc"));
+}
+
 /// Every check in turn on one store, each under its own prefix.
 pub async fn run_all(store: &dyn Store, p: &str) {
     get_put_and_forget(store, &format!("{p}1:")).await;
@@ -207,6 +267,8 @@ pub async fn run_all(store: &dyn Store, p: &str) {
     increment_if_below_gives_the_decay_only_to_keys_without_one(store, &format!("{p}8:")).await;
     ttl_reads_what_is_left(store, &format!("{p}9:")).await;
     keys_are_independent(store, &format!("{p}10:")).await;
+    increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling(store, &format!("{p}11:"))
+        .await;
 }
 
 /// One test per check. `$make` is an async fn returning `(guard, store)`;
@@ -224,6 +286,7 @@ macro_rules! store_conformance_tests {
             increment_if_below_gives_the_decay_only_to_keys_without_one,
             ttl_reads_what_is_left,
             keys_are_independent,
+            increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling,
         );
     };
     (@each $make:ident; $($check:ident),* $(,)?) => {
