@@ -34,6 +34,11 @@
 //!   before the rest of the chain: what a round trip to Redis costs a
 //!   request when Redis has nothing to do.
 //!
+//! `HTTP_BENCH_REDIS_CPU=<n>` gives `redis-server` CPU `n` to itself and
+//! the bench process (server and load generator) the other CPUs, as a
+//! Redis on a host of its own would leave the application its cores. Left
+//! unset, all three share every CPU.
+//!
 //! The servers take turns, `HTTP_BENCH_ROUNDS` times (default 15), each
 //! round starting one server further down the list, so that no server
 //! always follows the same one. The bench reports each one's median round:
@@ -221,6 +226,40 @@ fn cpu_micros(pid: &str) -> f64 {
     ticks * 10_000.0
 }
 
+/// Pins every thread of process `pid` (`self` for this one) to `cpus`, a
+/// list in `taskset`'s form (`0`, `0,2-3`).
+fn pin(pid: &str, cpus: &str) {
+    let pid = match pid {
+        "self" => std::process::id().to_string(),
+        pid => pid.to_owned(),
+    };
+    let status = std::process::Command::new("taskset")
+        .args(["--all-tasks", "--cpu-list", "--pid", cpus, &pid])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("taskset (util-linux) runs");
+    assert!(status.success(), "taskset could not pin {pid} to {cpus}");
+}
+
+/// With `HTTP_BENCH_REDIS_CPU=<n>`: CPU `n` for Redis, the others for this
+/// process, and the line that says so; `None` when unset.
+fn redis_cpu_layout() -> Option<(String, String)> {
+    let redis_cpu = std::env::var("HTTP_BENCH_REDIS_CPU").ok()?;
+    let cpus = support::machine::cpus();
+    let redis_cpu: usize = redis_cpu
+        .parse()
+        .ok()
+        .filter(|&n| n < cpus && cpus > 1)
+        .unwrap_or_else(|| {
+            panic!("HTTP_BENCH_REDIS_CPU: a CPU number below {cpus}, and at least two CPUs")
+        });
+    let others: Vec<String> = (0..cpus)
+        .filter(|&c| c != redis_cpu)
+        .map(|c| c.to_string())
+        .collect();
+    Some((redis_cpu.to_string(), others.join(",")))
+}
+
 /// `requests` requests over `connections` connections; the rate and the
 /// latency percentiles.
 fn load(
@@ -263,7 +302,15 @@ fn main() {
     let rounds = support::env_number("HTTP_BENCH_ROUNDS", 15).max(1);
     let warm_up = (requests / 10).max(connections);
 
+    // Pinned before any thread starts, so that every thread inherits it.
+    let layout = redis_cpu_layout();
+    if let Some((_, ours)) = &layout {
+        pin("self", ours);
+    }
     let redis = RedisProcess::start();
+    if let Some((redis_cpu, _)) = &layout {
+        pin(&redis.pid(), redis_cpu);
+    }
     let server_runtime = support::two_worker_runtime();
     let client_runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -279,6 +326,12 @@ fn main() {
         "== http: {requests} requests over {connections} connections, {rounds} round(s), median round =="
     );
     println!("machine: {}", support::machine::describe());
+    match &layout {
+        Some((redis_cpu, ours)) => {
+            println!("CPUs: redis-server on {redis_cpu}, server and load on {ours}")
+        }
+        None => println!("CPUs: redis-server, server and load share every CPU"),
+    }
     // HTTP_BENCH_SERVERS=none,driver_memory runs a subset; `none` always
     // runs, since every ratio is to it.
     let only = std::env::var("HTTP_BENCH_SERVERS").unwrap_or_default();

@@ -2,9 +2,11 @@
 # Runs the performance measurements of docs/performance.md one after the
 # other and keeps each one's output in target/perf/<bench>.txt.
 #
-#   benches/run.sh                 # all of them (about half an hour)
+#   benches/run.sh                 # all of them (about twenty minutes)
 #   benches/run.sh redis_driver    # one: the Redis driver and facade beside
 #                                  # redis-benchmark, round trips, memory per key
+#   benches/run.sh http_redis_cpu  # the HTTP bench with redis-server on the
+#                                  # last CPU and the bench on the others
 #
 # Each bench prints the machine and the load average it ran on. The targets
 # are ratios between contenders of one run; on a busy machine (load average
@@ -20,7 +22,7 @@ need redis-benchmark "apt-get install redis-tools"
 
 benches=("$@")
 if [ ${#benches[@]} -eq 0 ]; then
-    benches=(memory_driver memory_footprint redis_driver middleware http)
+    benches=(memory_driver memory_footprint redis_driver middleware http http_redis_cpu)
 fi
 
 out=target/perf
@@ -35,5 +37,17 @@ mkdir -p "$out"
 
 for bench in "${benches[@]}"; do
     echo "== $bench ($(uptime | sed 's/.*load average/load average/')) =="
-    cargo bench --bench "$bench" 2>&1 | tee "$out/$bench.txt"
+    case "$bench" in
+    http_redis_cpu)
+        cpus=$(nproc --all)
+        if [ "$cpus" -lt 2 ]; then
+            echo "skipped: one CPU, none to give redis-server alone" | tee "$out/$bench.txt"
+            continue
+        fi
+        HTTP_BENCH_REDIS_CPU=$((cpus - 1)) cargo bench --bench http 2>&1 | tee "$out/$bench.txt"
+        ;;
+    *)
+        cargo bench --bench "$bench" 2>&1 | tee "$out/$bench.txt"
+        ;;
+    esac
 done

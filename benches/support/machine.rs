@@ -15,7 +15,7 @@ pub fn describe() -> String {
                 .map(|model| model.trim().to_owned())
         })
         .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let cores = cpus();
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|k| k.trim().to_owned())
         .unwrap_or_default();
@@ -29,6 +29,20 @@ pub fn describe() -> String {
         "{cpu}, {cores} cores, kernel {kernel}, {rustc}, load average {}",
         load_average()
     )
+}
+
+/// The machine's CPUs, from /proc/cpuinfo: all of them, also when this
+/// process is pinned to some (as `available_parallelism` would count).
+pub fn cpus() -> usize {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .map(|info| {
+            info.lines()
+                .filter(|line| line.starts_with("processor"))
+                .count()
+        })
+        .ok()
+        .filter(|&n| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 /// The 1-minute load average; above about 1 on this 2-core machine the
