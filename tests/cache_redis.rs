@@ -175,46 +175,6 @@ async fn a_few_hits_leave_laravels_keys_values_and_times_to_live() {
     assert!(raw_keys(&mut raw(&server.url(), 0).await).await.is_empty());
 }
 
-/// The commands that clients (not scripts) sent `server` while `run` ran,
-/// as `MONITOR` shows them: lower-case names, in order.
-async fn commands_sent_during<F: std::future::Future<Output = ()>>(
-    server: &RedisServer,
-    run: F,
-) -> Vec<String> {
-    use std::io::{BufRead, BufReader, Write};
-    let mut monitor = std::net::TcpStream::connect(("127.0.0.1", server.port())).unwrap();
-    monitor
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .unwrap();
-    monitor.write_all(b"MONITOR\r\n").unwrap();
-    let mut lines = BufReader::new(monitor);
-    let mut ok = String::new();
-    lines.read_line(&mut ok).unwrap();
-    assert_eq!(ok, "+OK\r\n");
-    run.await;
-    server.command("ECHO end-of-run");
-    let mut sent = Vec::new();
-    loop {
-        let mut line = String::new();
-        lines
-            .read_line(&mut line)
-            .expect("MONITOR shows the end marker");
-        // +1764720000.123456 [0 127.0.0.1:50000] "EVALSHA" "…" …, where a
-        // script's own calls show `[0 lua]`.
-        let Some((_, after)) = line.split_once(" [") else {
-            continue;
-        };
-        let (client, command) = after.split_once("] ").unwrap();
-        let name = command.split('"').nth(1).unwrap().to_lowercase();
-        if name == "echo" && command.contains("end-of-run") {
-            return sent;
-        }
-        if !client.ends_with(" lua") {
-            sent.push(name);
-        }
-    }
-}
-
 // The throttle's count of a request (the window's timer when missing, then
 // the conditional increment) is one script call on one node: one command
 // for Redis to run, not a SET beside it.
@@ -224,16 +184,17 @@ async fn a_hit_is_one_script_call_on_one_node() {
     let limiter = limiter_on(&server);
     // The first call loads the script.
     limiter.hit("warm", 60).await.unwrap();
-    let sent = commands_sent_during(&server, async {
-        for _ in 0..5 {
-            limiter.hit("k", 60).await.unwrap();
-        }
-        // The throttle's call: counted up to its maximum, then refused.
-        for _ in 0..3 {
-            limiter.increment_if_below("t", 60, 1, 2).await.unwrap();
-        }
-    })
-    .await;
+    let sent = server
+        .commands_sent_during(async {
+            for _ in 0..5 {
+                limiter.hit("k", 60).await.unwrap();
+            }
+            // The throttle's call: counted up to its maximum, then refused.
+            for _ in 0..3 {
+                limiter.increment_if_below("t", 60, 1, 2).await.unwrap();
+            }
+        })
+        .await;
     assert_eq!(sent, ["evalsha"; 8]);
     assert_eq!(limiter.attempts("k").await.unwrap(), 5);
     assert_eq!(limiter.attempts("t").await.unwrap(), 2);

@@ -161,6 +161,47 @@ impl RedisServer {
     pub fn command(&self, command: &str) -> String {
         raw_command(self.port, command).unwrap_or_default()
     }
+
+    /// The commands that clients (not scripts) sent while `run` ran, as
+    /// `MONITOR` shows them: lower-case names, in order. Each is one
+    /// request a client made of Redis.
+    pub async fn commands_sent_during<F: std::future::Future<Output = ()>>(
+        &self,
+        run: F,
+    ) -> Vec<String> {
+        use std::io::{BufRead, BufReader};
+        let mut monitor = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
+        monitor
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        monitor.write_all(b"MONITOR\r\n").unwrap();
+        let mut lines = BufReader::new(monitor);
+        let mut ok = String::new();
+        lines.read_line(&mut ok).unwrap();
+        assert_eq!(ok, "+OK\r\n");
+        run.await;
+        self.command("ECHO end-of-run");
+        let mut sent = Vec::new();
+        loop {
+            let mut line = String::new();
+            lines
+                .read_line(&mut line)
+                .expect("MONITOR shows the end marker");
+            // +1764720000.123456 [0 127.0.0.1:50000] "EVALSHA" "…" …, where
+            // a script's own calls show `[0 lua]`.
+            let Some((_, after)) = line.split_once(" [") else {
+                continue;
+            };
+            let (client, command) = after.split_once("] ").unwrap();
+            let name = command.split('"').nth(1).unwrap().to_lowercase();
+            if name == "echo" && command.contains("end-of-run") {
+                return sent;
+            }
+            if !client.ends_with(" lua") {
+                sent.push(name);
+            }
+        }
+    }
 }
 
 impl Drop for RedisServer {
