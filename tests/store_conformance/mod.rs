@@ -199,15 +199,18 @@ pub async fn increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling
     store: &dyn Store,
     p: &str,
 ) {
+    // Counts under `<p><name>` with its timer `<p><name>:timer`, in a window
+    // of 60 s that ends at `ends_at`.
+    let count = async |name: &str, ends_at, amount, ceiling| {
+        let key = format!("{p}{name}");
+        store
+            .increment_in_window(&key, &format!("{key}:timer"), ends_at, 60, amount, ceiling)
+            .await
+    };
     let (k, timer) = (format!("{p}w"), format!("{p}w:timer"));
     let mut outcomes = Vec::new();
     for ends_at in [1_796_202_328, 1_796_202_329, 1_796_202_330] {
-        outcomes.push(
-            store
-                .increment_in_window(&k, &timer, ends_at, 60, 1, 2)
-                .await
-                .unwrap(),
-        );
+        outcomes.push(count("w", ends_at, 1, 2).await.unwrap());
     }
     let outcome = |counted, count| IncrementOutcome { counted, count };
     assert_eq!(
@@ -232,10 +235,7 @@ pub async fn increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling
     let (lone, lone_timer) = (format!("{p}lone"), format!("{p}lone:timer"));
     store.put(&lone_timer, "1796200000", MINUTE).await.unwrap();
     assert_eq!(
-        store
-            .increment_in_window(&lone, &lone_timer, 1_796_202_328, 60, 5, 4)
-            .await
-            .unwrap(),
+        count("lone", 1_796_202_328, 5, 4).await.unwrap(),
         outcome(false, 0)
     );
     assert_eq!(store.get(&lone).await.unwrap(), None);
@@ -244,14 +244,9 @@ pub async fn increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling
         Some("1796200000")
     );
     // A counter that holds text is an error, as for INCRBY.
-    let (text, text_timer) = (format!("{p}text"), format!("{p}text:timer"));
+    let text = format!("{p}text");
     store.put(&text, "abc", MINUTE).await.unwrap();
-    assert!(
-        store
-            .increment_in_window(&text, &text_timer, 1_796_202_328, 60, 1, 10)
-            .await
-            .is_err()
-    );
+    assert!(count("text", 1_796_202_328, 1, 10).await.is_err());
     assert_eq!(store.get(&text).await.unwrap().as_deref(), Some("abc"));
 }
 
