@@ -226,15 +226,11 @@ fn cpu_micros(pid: &str) -> f64 {
     ticks * 10_000.0
 }
 
-/// Pins every thread of process `pid` (`self` for this one) to `cpus`, a
-/// list in `taskset`'s form (`0`, `0,2-3`).
+/// Pins every thread of process `pid` to `cpus`, a list in `taskset`'s
+/// form (`0`, `0,2-3`).
 fn pin(pid: &str, cpus: &str) {
-    let pid = match pid {
-        "self" => std::process::id().to_string(),
-        pid => pid.to_owned(),
-    };
     let status = std::process::Command::new("taskset")
-        .args(["--all-tasks", "--cpu-list", "--pid", cpus, &pid])
+        .args(["--all-tasks", "--cpu-list", "--pid", cpus, pid])
         .stdout(std::process::Stdio::null())
         .status()
         .expect("taskset (util-linux) runs");
@@ -305,7 +301,7 @@ fn main() {
     // Pinned before any thread starts, so that every thread inherits it.
     let layout = redis_cpu_layout();
     if let Some((_, ours)) = &layout {
-        pin("self", ours);
+        pin(&std::process::id().to_string(), ours);
     }
     let redis = RedisProcess::start();
     if let Some((redis_cpu, _)) = &layout {
