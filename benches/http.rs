@@ -208,22 +208,22 @@ fn redis_reads(redis: &RedisProcess) -> u64 {
     redis.stat("total_reads_processed")
 }
 
-/// The CPU time a process has used (user and system), from
-/// /proc/<pid>/stat, in microseconds.
+/// The CPU time a process's threads have run, in microseconds: the sum of
+/// the first field of each thread's `/proc/<pid>/task/<tid>/schedstat`,
+/// kept by the scheduler in nanoseconds (where `/proc/<pid>/stat` counts
+/// whole 10 ms ticks). On a kernel with paravirtual steal accounting, time
+/// the host took from the machine is not in it.
 fn cpu_micros(pid: &str) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which is in parentheses.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map(|(_, rest)| rest.split_whitespace().collect())
-        .unwrap_or_default();
-    // utime and stime are fields 14 and 15, here 11 and 12 (0-based), in
-    // clock ticks of 10 ms on Linux.
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i)?.parse::<f64>().ok())
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten();
+    let nanos: u64 = threads
+        .filter_map(|thread| {
+            let schedstat = std::fs::read_to_string(thread.ok()?.path().join("schedstat")).ok()?;
+            schedstat.split_whitespace().next()?.parse::<u64>().ok()
+        })
         .sum();
-    ticks * 10_000.0
+    nanos as f64 / 1_000.0
 }
 
 /// Pins every thread of process `pid` to `cpus`, a list in `taskset`'s
@@ -360,8 +360,13 @@ fn main() {
                 reads => requests as f64 / reads as f64,
             };
             eprintln!(
-                "round {round}: {server:<21} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us  steal {:>4.1}%",
-                measured.rate, measured.p50_us, measured.p99_us, measured.steal_percent
+                "round {round}: {server:<21} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us  CPU {:>5.1} + {:>4.1} us/request  steal {:>4.1}%",
+                measured.rate,
+                measured.p50_us,
+                measured.p99_us,
+                measured.process_cpu_us,
+                measured.redis_cpu_us,
+                measured.steal_percent
             );
             loads.push(measured);
             drop(stop);

@@ -14,7 +14,8 @@
 //!   addresses in turn, on the quickstart's router behind the server's
 //!   limiter, on the memory backends;
 //! - one decision of a limiter over 100,000 keys (`driver_decision`,
-//!   `governor_decision`): each key brought to its limit of 100 per minute
+//!   `governor_decision`) and on one hot key (`driver_hot_key`,
+//!   `governor_hot_key`): each key brought to its limit of 100 per minute
 //!   first, then `<count>` refusals walking the keys, as in the flood case of
 //!   the `memory_driver` bench (each limiter on its own clock; the driver's
 //!   sweep set an hour apart);
@@ -42,9 +43,11 @@ use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
 
 const SERVERS: [&str; 4] = ["none", "pass_through", "driver_memory", "throttle_memory"];
-const DECIDERS: [&str; 4] = [
+const DECIDERS: [&str; 6] = [
     "driver_decision",
     "governor_decision",
+    "driver_hot_key",
+    "governor_hot_key",
     "driver_dyn_async",
     "driver_dyn_without_waiting",
 ];
@@ -63,8 +66,10 @@ fn main() {
     };
     let count: u64 = count.parse().expect("a count");
     match subject.as_str() {
-        "driver_decision" => driver_decisions(count),
-        "governor_decision" => governor_decisions(count),
+        "driver_decision" => driver_decisions(KEYS, count),
+        "governor_decision" => governor_decisions(KEYS, count),
+        "driver_hot_key" => driver_decisions(1, count),
+        "governor_hot_key" => governor_decisions(1, count),
         "driver_dyn_async" => dyn_decisions(count, true),
         "driver_dyn_without_waiting" => dyn_decisions(count, false),
         server if SERVERS.contains(&server) => requests(server, count),
@@ -85,28 +90,28 @@ fn requests(server: &str, count: u64) {
     runtime.block_on(app.scope(serve_in_process(&router, &clients, count)));
 }
 
-/// The `"user:N"` keys, and `decide` called on each until it is full, then
-/// `count` more times walking them.
-fn decisions(count: u64, mut decide: impl FnMut(&String) -> bool) {
-    let keys: Vec<String> = (0..KEYS).map(|i| format!("user:{i}")).collect();
+/// `keys` keys `"user:N"`, and `decide` called on each until it is full,
+/// then `count` more times walking them.
+fn decisions(keys: usize, count: u64, mut decide: impl FnMut(&String) -> bool) {
+    let keys: Vec<String> = (0..keys).map(|i| format!("user:{i}")).collect();
     for _ in 0..=LIMIT {
         for key in &keys {
             black_box(decide(key));
         }
     }
     for i in 0..count as usize {
-        black_box(decide(&keys[i % KEYS]));
+        black_box(decide(&keys[i % keys.len()]));
     }
 }
 
-fn driver_decisions(count: u64) {
+fn driver_decisions(keys: usize, count: u64) {
     // Under valgrind a second of wall time is a few thousand decisions, so
     // the once-a-second sweep would be counted many times over: it is set an
     // hour apart here (its own cost: `memory_driver_sweep` in the
     // `memory_driver` bench).
     let limiter = InMemoryRateLimiter::new().with_sweep_interval(Duration::from_secs(3600));
     let config = SlidingWindowConfig::new(LIMIT, Duration::from_secs(60));
-    decisions(count, |key| {
+    decisions(keys, count, |key| {
         limiter
             .acquire_now(key, &config)
             .expect("a valid config")
@@ -114,9 +119,9 @@ fn driver_decisions(count: u64) {
     });
 }
 
-fn governor_decisions(count: u64) {
+fn governor_decisions(keys: usize, count: u64) {
     let limiter = RateLimiter::keyed(Quota::per_minute(NonZeroU32::new(LIMIT).unwrap()));
-    decisions(count, |key| limiter.check_key(key).is_ok());
+    decisions(keys, count, |key| limiter.check_key(key).is_ok());
 }
 
 fn dyn_decisions(count: u64, through_future: bool) {

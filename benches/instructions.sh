@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Instructions per request of each in-process server, per decision of the
-# memory driver and governor over 100,000 keys, and per decision of the
-# memory driver through `Arc<dyn RateLimiterDriver>` (benches/instructions.rs),
+# memory driver and governor over 100,000 keys and on one hot key, and per
+# decision of the memory driver through `Arc<dyn RateLimiterDriver>`
+# (benches/instructions.rs),
 # counted by valgrind's callgrind: the same count on a busy machine as on a
 # quiet one, for the same binary. Each subject runs for two counts; the
 # difference divided by the difference in count is one request or decision,
@@ -37,6 +38,6 @@ for server in none pass_through driver_memory throttle_memory; do
     printf '%-18s %12d %12d\n' "$server" "$n" "$((n - none))"
 done
 printf '\n%-28s %12s\n' limiter "per decision"
-for decider in driver_decision governor_decision driver_dyn_async driver_dyn_without_waiting; do
+for decider in driver_decision governor_decision driver_hot_key governor_hot_key driver_dyn_async driver_dyn_without_waiting; do
     printf '%-28s %12d\n' "$decider" "$(per "$decider" 300000)"
 done
