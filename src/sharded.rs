@@ -208,15 +208,36 @@ impl<V> ShardedMap<V> {
 
     /// Locks the shard that holds `key`, for work on that key.
     pub(crate) fn lock<'k>(&self, key: &'k str) -> Locked<'_, 'k, V> {
+        self.lock_at(self.place(key)).0
+    }
+
+    /// Where `key` lives: its hash and its shard, for callers that keep
+    /// something of their own for each shard.
+    #[inline]
+    pub(crate) fn place<'k>(&self, key: &'k str) -> Place<'k> {
         let hash = self.hasher.hash_one(key);
         // The count is a power of two.
-        let index = (hash >> 32) as usize & (self.shards.len() - 1);
-        Locked {
-            table: lock(&self.shards[index]),
+        let shard = (hash >> 32) as usize & (self.shards.len() - 1);
+        Place { key, hash, shard }
+    }
+
+    /// Locks the shard of `place`, for work on its key, and tells whether
+    /// another call held the shard when this one asked: whether calls are
+    /// contending for it.
+    #[inline]
+    pub(crate) fn lock_at<'k>(&self, place: Place<'k>) -> (Locked<'_, 'k, V>, bool) {
+        let shard = &self.shards[place.shard].0;
+        let (table, waited) = match shard.try_lock() {
+            Some(table) => (table, false),
+            None => (shard.lock(), true),
+        };
+        let locked = Locked {
+            table,
             hasher: &self.hasher,
-            hash,
-            key,
-        }
+            hash: place.hash,
+            key: place.key,
+        };
+        (locked, waited)
     }
 
     /// How many entries all shards hold.
@@ -239,6 +260,26 @@ impl<V> ShardedMap<V> {
         for shard in self.shards.iter() {
             f(&lock(shard));
         }
+    }
+}
+
+/// A key, its hash, and the number of the shard that holds it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Place<'k> {
+    key: &'k str,
+    hash: u64,
+    shard: usize,
+}
+
+impl<'k> Place<'k> {
+    /// The key.
+    pub(crate) fn key(&self) -> &'k str {
+        self.key
+    }
+
+    /// The number of the key's shard, below [`ShardedMap::shard_count`].
+    pub(crate) fn shard(&self) -> usize {
+        self.shard
     }
 }
 
@@ -284,6 +325,43 @@ fn lock<V>(shard: &Padded<V>) -> MutexGuard<'_, Table<V>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lock_at_tells_whether_another_call_held_the_shard() {
+        let map: ShardedMap<u32> = ShardedMap::new(4);
+        let place = map.place("k");
+        assert!(place.shard() < map.shard_count());
+        assert_eq!(map.place("k").shard(), place.shard(), "one key, one shard");
+        let (mut locked, waited) = map.lock_at(place);
+        assert!(!waited);
+        locked.insert(1);
+        drop(locked);
+        // Another thread asks for the shard while this one holds it (for 50
+        // ms after both pass the barrier; retried should the machine keep
+        // the other thread off its CPU that long).
+        let mut turns = 0;
+        let contended = (0..5).any(|_| {
+            turns += 1;
+            let (mut locked, _) = map.lock_at(map.place("k"));
+            let held = std::sync::Barrier::new(2);
+            std::thread::scope(|scope| {
+                let other = scope.spawn(|| {
+                    held.wait();
+                    let (mut locked, waited) = map.lock_at(map.place("k"));
+                    *locked.get_mut().unwrap() += 1;
+                    waited
+                });
+                held.wait();
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                *locked.get_mut().unwrap() += 1;
+                drop(locked);
+                other.join().unwrap()
+            })
+        });
+        assert!(contended, "a held shard is reported as waited for");
+        // Both calls of every turn changed the value, one after the other.
+        assert_eq!(map.lock("k").get(), Some(&(1 + 2 * turns)));
+    }
 
     #[test]
     fn keys_land_in_one_shard_each_and_retain_drops() {

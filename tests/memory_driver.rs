@@ -204,6 +204,47 @@ async fn twenty_tasks_of_fifty_admit_exactly_100() {
     }
 }
 
+// Threads refusing one full key at once (which read it under a shared lock
+// when another holds its shard) give what one thread would: exactly the
+// limit admitted in a window, and every refusal the same wait and reset.
+#[test]
+fn threads_on_one_full_key_admit_the_limit_and_refuse_alike() {
+    let clock = support::clock_at(12, 0, 0);
+    let noon = clock.unix_seconds();
+    let limiter = Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
+    let cfg = per(100, 60);
+    for window in 0..2_u64 {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let limiter = limiter.clone();
+                std::thread::spawn(move || {
+                    let (mut admitted, mut refusals) = (0, Vec::new());
+                    for _ in 0..5_000 {
+                        let decision = limiter.acquire_now("hot", &cfg).unwrap();
+                        if decision.allowed {
+                            admitted += 1;
+                        } else {
+                            refusals.push((decision.retry_after, decision.reset_at));
+                        }
+                    }
+                    (admitted, refusals)
+                })
+            })
+            .collect();
+        let mut admitted = 0;
+        for thread in threads {
+            let (count, refusals) = thread.join().unwrap();
+            admitted += count;
+            let frees = noon + 60 * (window as i64 + 1);
+            for refusal in refusals {
+                assert_eq!(refusal, (Some(Duration::from_secs(60)), Some(frees)));
+            }
+        }
+        assert_eq!(admitted, 100, "window {window}");
+        clock.advance(Duration::from_secs(60));
+    }
+}
+
 // Every thread hammers its own keys while every call also sweeps: no
 // deadlock between a call's shard lock and the sweep, and each key admits
 // exactly its limit.

@@ -10,6 +10,7 @@ use super::shards::Shards;
 use crate::clock::{self, SharedClock};
 use crate::decision::Decision;
 use crate::rate_limit::{RateLimitError, RateLimiterDriver, SlidingWindowConfig};
+use crate::sharded::Locked;
 use crate::sweep::SweepSchedule;
 
 /// Shards of a new limiter: enough that a few cores rarely meet on one lock,
@@ -163,25 +164,29 @@ impl InMemoryRateLimiter {
         // rounded down, so rounding never lets a hit leave before a whole
         // window has really passed.
         let (now_ms, stamp_ms) = (now / NANOS_PER_MILLI, now.div_ceil(NANOS_PER_MILLI));
-        let mut locked = self.shards.lock(key);
-        let Some(bucket) = locked.get_mut() else {
-            // Only a key seen for the first time (or again after its bucket
-            // was dropped) allocates.
-            locked.insert(Bucket::new(stamp_ms, window_ms));
-            return admitted(max, 1, stamp_ms, window_ms);
-        };
-        if bucket.trim(now_ms, window_ms) {
-            bucket.restart(stamp_ms, window_ms);
-            return admitted(max, 1, stamp_ms, window_ms);
+        let place = self.shards.place(key);
+        // A key that many cores call at once, once refused, is refused by
+        // reading the note of that refusal, without the shard's lock.
+        if let Some(frees_at) = self.shards.noted_full(place, max, window_ms, now_ms) {
+            return refused(max, frees_at, now);
         }
-        let count = bucket.len();
-        if count < max {
-            bucket.push(stamp_ms, max as usize - 1);
-            return admitted(max, count + 1, bucket.nth(0), window_ms);
+        let (mut locked, contended) = self.shards.lock_at(place);
+        match count_hit(&mut locked, max, window_ms, now_ms, stamp_ms) {
+            Ok(admitted) => {
+                self.shards.forget_full(place);
+                admitted
+            }
+            Err(frees_at) => {
+                // Noted only while calls contend for the shard, so that an
+                // uncontended refusal writes nothing.
+                if contended {
+                    self.shards.note_full(place, max, window_ms, frees_at);
+                } else {
+                    self.shards.forget_full(place);
+                }
+                refused(max, frees_at, now)
+            }
         }
-        let free_at = place_frees_at(bucket, max, window_ms);
-        Decision::refused(u64::from(max), until(free_at, now))
-            .with_reset_at(unix_secs_ceil(free_at))
     }
 
     fn wait_for_place(
@@ -263,11 +268,45 @@ impl fmt::Debug for InMemoryRateLimiter {
     }
 }
 
+/// Counts a hit in the locked bucket when it has a place: the admission, or
+/// when the full bucket next has a place (Unix milliseconds).
+fn count_hit(
+    locked: &mut Locked<'_, '_, Bucket>,
+    max: u32,
+    window_ms: u64,
+    now_ms: u64,
+    stamp_ms: u64,
+) -> Result<Decision, u64> {
+    let Some(bucket) = locked.get_mut() else {
+        // Only a key seen for the first time (or again after its bucket was
+        // dropped) allocates.
+        locked.insert(Bucket::new(stamp_ms, window_ms));
+        return Ok(admitted(max, 1, stamp_ms, window_ms));
+    };
+    if bucket.trim(now_ms, window_ms) {
+        bucket.restart(stamp_ms, window_ms);
+        return Ok(admitted(max, 1, stamp_ms, window_ms));
+    }
+    let count = bucket.len();
+    if count < max {
+        bucket.push(stamp_ms, max as usize - 1);
+        return Ok(admitted(max, count + 1, bucket.nth(0), window_ms));
+    }
+    Err(place_frees_at(bucket, max, window_ms))
+}
+
 /// An admitted call that leaves `count` hits in the bucket, the oldest at
 /// `oldest_ms`.
 fn admitted(max: u32, count: u32, oldest_ms: u64, window_ms: u64) -> Decision {
     Decision::allowed(u64::from(max), u64::from(max - count))
         .with_reset_at(unix_secs_ceil(oldest_ms.saturating_add(window_ms)))
+}
+
+/// A refused call at `now` (Unix nanoseconds) on a full bucket whose next
+/// place frees at `frees_at_ms`.
+fn refused(max: u32, frees_at_ms: u64, now: u64) -> Decision {
+    Decision::refused(u64::from(max), until(frees_at_ms, now))
+        .with_reset_at(unix_secs_ceil(frees_at_ms))
 }
 
 /// A limit of zero: nothing will ever free a place, so the caller is told to

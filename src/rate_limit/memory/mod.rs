@@ -5,6 +5,7 @@
 //! See [`InMemoryRateLimiter`].
 
 mod bucket;
+mod full_notes;
 mod gap_ring;
 mod limiter;
 mod shards;

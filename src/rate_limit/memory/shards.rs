@@ -1,39 +1,95 @@
 //! `Shards`: the buckets of every key, in the crate's sharded map: calls on
-//! different keys rarely wait for each other, and calls on one key are
-//! serialised, which is what makes a decision exact.
+//! different keys rarely wait for each other, and calls that change one key
+//! are serialised, which is what makes a decision exact. Beside each shard,
+//! the note of a key found full there ([`FullNotes`]).
 
 use super::bucket::Bucket;
-use crate::sharded::{Locked, ShardedMap};
+use super::full_notes::FullNotes;
+use crate::sharded::{Locked, Place, ShardedMap};
 
 /// The buckets of every key.
 #[derive(Debug)]
-pub(super) struct Shards(ShardedMap<Bucket>);
+pub(super) struct Shards {
+    map: ShardedMap<Bucket>,
+    full: FullNotes,
+}
 
 impl Shards {
     /// `count` shards, rounded up to a power of two.
     pub(super) fn new(count: usize) -> Self {
-        Self(ShardedMap::new(count))
+        let map = ShardedMap::new(count);
+        let full = FullNotes::new(map.shard_count());
+        Self { map, full }
     }
 
     /// The number of shards.
     pub(super) fn len(&self) -> usize {
-        self.0.shard_count()
+        self.map.shard_count()
     }
 
-    /// Locks the shard that holds `key`, for work on that key's bucket.
+    /// Where `key`'s bucket lives.
+    #[inline]
+    pub(super) fn place<'k>(&self, key: &'k str) -> Place<'k> {
+        self.map.place(key)
+    }
+
+    /// When the key of `place` next has a place under `max` hits per
+    /// `window_ms`, if its shard's note says it is full at `now_ms`.
+    #[inline]
+    pub(super) fn noted_full(
+        &self,
+        place: Place<'_>,
+        max: u32,
+        window_ms: u64,
+        now_ms: u64,
+    ) -> Option<u64> {
+        self.full
+            .frees_at(place.shard(), place.key(), max, window_ms, now_ms)
+    }
+
+    /// Locks the shard of `place`, and tells whether calls were contending
+    /// for it. The caller then either [notes](Self::note_full) a refusal
+    /// or [forgets](Self::forget_full) the shard's note.
+    #[inline]
+    pub(super) fn lock_at<'k>(&self, place: Place<'k>) -> (Locked<'_, 'k, Bucket>, bool) {
+        self.map.lock_at(place)
+    }
+
+    /// Notes, with the shard of `place` locked, that its key is full under
+    /// `max` hits per `window_ms` until `frees_at_ms`.
+    #[inline]
+    pub(super) fn note_full(&self, place: Place<'_>, max: u32, window_ms: u64, frees_at_ms: u64) {
+        self.full
+            .write(place.shard(), place.key(), max, window_ms, frees_at_ms);
+    }
+
+    /// Forgets, with the shard of `place` locked, the shard's note.
+    #[inline]
+    pub(super) fn forget_full(&self, place: Place<'_>) {
+        self.full.forget(place.shard());
+    }
+
+    /// Locks the shard that holds `key` and forgets its note, for work that
+    /// may change that key's bucket.
     pub(super) fn lock<'k>(&self, key: &'k str) -> Locked<'_, 'k, Bucket> {
-        self.0.lock(key)
+        let place = self.place(key);
+        let (locked, _) = self.lock_at(place);
+        self.forget_full(place);
+        locked
     }
 
     /// How many buckets all shards hold.
     pub(super) fn bucket_count(&self) -> usize {
-        self.0.len()
+        self.map.len()
     }
 
     /// Drops every bucket that holds nothing at `now_ms` and trims the
     /// others, one shard lock at a time.
     pub(super) fn sweep(&self, now_ms: u64) {
-        self.0.retain(|_, bucket| !bucket.sweep(now_ms));
+        // The notes stay: a note's bucket was last set by the refusal that
+        // wrote it, so the sweep drops only hits older than the one the
+        // note waits for (see `FullNotes`).
+        self.map.retain(|_, bucket| !bucket.sweep(now_ms));
     }
 }
 
@@ -59,7 +115,7 @@ mod tests {
         // bytes and rounds up to 16.
         let block = |n: usize| (n + 16).div_ceil(16) * 16;
         let mut bytes = 0;
-        shards.0.for_each_shard(|table| {
+        shards.map.for_each_shard(|table| {
             bytes += table.allocated_bytes();
             for slot in table.iter() {
                 let key_heap = if slot.key.is_heap_allocated() {
