@@ -19,9 +19,10 @@
 //! was the last call to set it), so never the hit the note waits for. Each
 //! note is read under a version count (a sequence lock), so a reader that
 //! overlaps a change of the note sees the change and takes the lock instead.
-//! Notes are written only while contending calls wait for a shard (the
-//! uncontended path costs one read of the note), and only for keys of up to
-//! 32 bytes.
+//! Notes are written only while contending calls wait for a shard (an
+//! uncontended call reads its shard's note once before the lock and once
+//! under it, to see there is none to forget), and only for keys of up to 32
+//! bytes.
 
 use std::sync::atomic::{AtomicU64, Ordering, fence};
 
