@@ -33,6 +33,7 @@
 //! and a key at 100 hits takes 299 bytes instead of 361 (the memory driver
 //! and memory footprint benches, docs/performance.md).
 
+use std::cell::Cell;
 use std::hash::BuildHasher;
 
 use compact_str::CompactString;
@@ -99,20 +100,26 @@ impl<V> Table<V> {
             .map(|&i| i as usize)
     }
 
-    fn insert(&mut self, hash: u64, key: &str, value: V, hasher: &RandomState) {
+    /// Gives `key` `value`; the key's slot.
+    fn insert(&mut self, hash: u64, key: &str, value: V, hasher: &RandomState) -> usize {
         let slots = &mut self.slots;
         match self.index.entry(
             hash,
             |&i| slots[i as usize].key == key,
             |&i| hasher.hash_one(slots[i as usize].key.as_str()),
         ) {
-            Entry::Occupied(at) => slots[*at.get() as usize].value = value,
+            Entry::Occupied(at) => {
+                let at = *at.get() as usize;
+                slots[at].value = value;
+                at
+            }
             Entry::Vacant(place) => {
                 place.insert(u32::try_from(slots.len()).expect("a shard holds under 2^32 keys"));
                 slots.push(Slot {
                     key: key.into(),
                     value,
                 });
+                slots.len() - 1
             }
         }
     }
@@ -236,6 +243,7 @@ impl<V> ShardedMap<V> {
             hasher: &self.hasher,
             hash: place.hash,
             key: place.key,
+            slot: Cell::new(None),
         };
         (locked, waited)
     }
@@ -290,29 +298,45 @@ pub(crate) struct Locked<'m, 'k, V> {
     hasher: &'m RandomState,
     hash: u64,
     key: &'k str,
+    /// The key's slot once looked up (`Some(None)`: it has none), so that
+    /// the calls of one locked piece of work look the key up once: nothing
+    /// else changes the table while it is locked.
+    slot: Cell<Option<Option<usize>>>,
 }
 
 impl<V> Locked<'_, '_, V> {
     /// The key's value, if it has one.
     pub(crate) fn get(&self) -> Option<&V> {
-        let at = self.table.position(self.hash, self.key)?;
+        let at = self.slot()?;
         Some(&self.table.slots[at].value)
     }
 
     /// The key's value to change, if it has one.
     pub(crate) fn get_mut(&mut self) -> Option<&mut V> {
-        let at = self.table.position(self.hash, self.key)?;
+        let at = self.slot()?;
         Some(&mut self.table.slots[at].value)
     }
 
     /// Gives the key `value`, in place of the one it had.
     pub(crate) fn insert(&mut self, value: V) {
-        self.table.insert(self.hash, self.key, value, self.hasher);
+        let at = self.table.insert(self.hash, self.key, value, self.hasher);
+        self.slot.set(Some(Some(at)));
     }
 
     /// Takes the key's value out of the map.
     pub(crate) fn remove(&mut self) -> Option<V> {
+        self.slot.set(Some(None));
         self.table.remove(self.hash, self.key, self.hasher)
+    }
+
+    /// The key's slot, looked up on the first call.
+    fn slot(&self) -> Option<usize> {
+        if let Some(slot) = self.slot.get() {
+            return slot;
+        }
+        let slot = self.table.position(self.hash, self.key);
+        self.slot.set(Some(slot));
+        slot
     }
 }
 
@@ -361,6 +385,32 @@ mod tests {
         assert!(contended, "a held shard is reported as waited for");
         // Both calls of every turn changed the value, one after the other.
         assert_eq!(map.lock("k").get(), Some(&(1 + 2 * turns)));
+    }
+
+    #[test]
+    fn one_locked_key_sees_its_own_inserts_and_removals() {
+        let map: ShardedMap<u32> = ShardedMap::new(1);
+        for k in 0..10 {
+            map.lock(&format!("other{k}")).insert(k);
+        }
+        let mut locked = map.lock("k");
+        assert_eq!(locked.get(), None);
+        locked.insert(1);
+        assert_eq!(locked.get(), Some(&1));
+        *locked.get_mut().unwrap() += 1;
+        locked.insert(5);
+        assert_eq!(locked.get(), Some(&5));
+        assert_eq!(locked.remove(), Some(5));
+        assert_eq!(locked.get(), None);
+        assert_eq!(locked.remove(), None);
+        locked.insert(7);
+        assert_eq!(locked.get_mut().map(|v| *v), Some(7));
+        drop(locked);
+        assert_eq!(map.lock("k").get(), Some(&7));
+        assert_eq!(map.len(), 11);
+        for k in 0..10 {
+            assert_eq!(map.lock(&format!("other{k}")).get(), Some(&k));
+        }
     }
 
     #[test]
