@@ -215,7 +215,12 @@ impl<V> ShardedMap<V> {
 
     /// Locks the shard that holds `key`, for work on that key.
     pub(crate) fn lock<'k>(&self, key: &'k str) -> Locked<'_, 'k, V> {
-        self.lock_at(self.place(key)).0
+        self.lock_place(self.place(key))
+    }
+
+    /// Locks the shard of `place`, for work on its key.
+    pub(crate) fn lock_place<'k>(&self, place: Place<'k>) -> Locked<'_, 'k, V> {
+        self.locked(lock(&self.shards[place.shard]), place)
     }
 
     /// Where `key` lives: its hash and its shard, for callers that keep
@@ -233,19 +238,26 @@ impl<V> ShardedMap<V> {
     /// contending for it.
     #[inline]
     pub(crate) fn lock_at<'k>(&self, place: Place<'k>) -> (Locked<'_, 'k, V>, bool) {
-        let shard = &self.shards[place.shard].0;
-        let (table, waited) = match shard.try_lock() {
-            Some(table) => (table, false),
-            None => (shard.lock(), true),
-        };
-        let locked = Locked {
+        let shard = &self.shards[place.shard];
+        match shard.0.try_lock() {
+            Some(table) => (self.locked(table, place), false),
+            None => (self.locked(lock(shard), place), true),
+        }
+    }
+
+    /// The locked shard `table` of `place`, for work on its key.
+    fn locked<'m, 'k>(
+        &'m self,
+        table: MutexGuard<'m, Table<V>>,
+        place: Place<'k>,
+    ) -> Locked<'m, 'k, V> {
+        Locked {
             table,
             hasher: &self.hasher,
             hash: place.hash,
             key: place.key,
             slot: Cell::new(None),
-        };
-        (locked, waited)
+        }
     }
 
     /// How many entries all shards hold.

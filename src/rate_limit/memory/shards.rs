@@ -73,7 +73,7 @@ impl Shards {
     /// may change that key's bucket.
     pub(super) fn lock<'k>(&self, key: &'k str) -> Locked<'_, 'k, Bucket> {
         let place = self.place(key);
-        let (locked, _) = self.lock_at(place);
+        let locked = self.map.lock_place(place);
         self.forget_full(place);
         locked
     }
