@@ -47,16 +47,21 @@
 //! shared virtual machine one server's rounds can differ by half (the host
 //! lends the same core more or less of itself from one second to the
 //! next), so many short rounds give a steadier median than a few long ones.
+//!
+//! Beside the rates, the bench prints each server's CPU time a request
+//! (median over its rounds; the scheduler's count, which leaves out time the
+//! host took) and the ratio of the `none` server's to it: on CPUs the bench
+//! keeps busy, the share of the bare rate a server would keep if CPU were
+//! all that set the rate. It moves far less between rounds than the rates
+//! do, and tells what a limiter costs from what the host lent.
 
 mod support;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
-use hyper_util::rt::TokioIo;
+use support::loopback::{self, start_server};
 use support::redis::RedisProcess;
 use support::servers::{self, router};
 use suprnova::cache::RedisStore;
@@ -64,8 +69,6 @@ use suprnova::container::App;
 use suprnova::rate_limit::redis::RedisRateLimiter;
 use suprnova::redis_client::RedisConnection;
 use suprnova::{Middleware, Next, Request, Response, Router, async_trait};
-use tokio::net::{TcpSocket, TcpStream};
-use tokio::sync::oneshot;
 
 const SERVERS: [&str; 9] = [
     "none",
@@ -118,65 +121,6 @@ fn container(server: &str, connections: &RedisConnections) -> App {
         Arc::new(RedisRateLimiter::new(redis.clone()).with_prefix("bench_http:")),
         Arc::new(RedisStore::new(redis.clone()).with_prefix("bench_http_cache:")),
     )
-}
-
-/// A server running in `runtime` until the sender is dropped or fired.
-fn start_server(
-    runtime: &tokio::runtime::Runtime,
-    app: App,
-    router: Router,
-) -> (SocketAddr, oneshot::Sender<()>) {
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = runtime
-        .block_on(suprnova::server::bind("127.0.0.1:0"))
-        .expect("bind a loopback port");
-    let addr = server.local_addr().expect("the bound address");
-    runtime.spawn(app.clone().scope(async move {
-        server
-            .serve_with_shutdown(router, async {
-                let _ = stopped.await;
-            })
-            .await
-            .expect("the bench server");
-    }));
-    (addr, stop)
-}
-
-/// One keep-alive connection from 127.0.0.`source`, sending `count`
-/// requests one after the other; the latency of each, in microseconds.
-async fn connection(addr: SocketAddr, source: u8, count: u64) -> Vec<u32> {
-    let socket = TcpSocket::new_v4().expect("a socket");
-    socket
-        .bind(SocketAddr::new(
-            IpAddr::V4(Ipv4Addr::new(127, 0, 0, source)),
-            0,
-        ))
-        .expect("bind a loopback source address");
-    let stream: TcpStream = socket.connect(addr).await.expect("connect to the server");
-    stream.set_nodelay(true).expect("TCP_NODELAY");
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .expect("an HTTP/1.1 handshake");
-    tokio::spawn(conn);
-    let mut latencies = Vec::with_capacity(count as usize);
-    for _ in 0..count {
-        let request = http::Request::get("/")
-            .header(http::header::HOST, "127.0.0.1")
-            .body(Empty::<Bytes>::new())
-            .expect("a request");
-        let start = Instant::now();
-        let response = sender.send_request(request).await.expect("a response");
-        let status = response.status();
-        let body = response.into_body().collect().await.expect("a body");
-        latencies.push(start.elapsed().as_micros().min(u128::from(u32::MAX)) as u32);
-        assert_eq!(
-            status,
-            200,
-            "a refused or failed request: {:?}",
-            body.to_bytes()
-        );
-    }
-    latencies
 }
 
 /// What one load of one server measured.
@@ -266,17 +210,7 @@ fn load(
 ) -> Load {
     client.block_on(async {
         let start = Instant::now();
-        let tasks: Vec<_> = (0..connections)
-            .map(|c| {
-                let share = requests / connections + u64::from(c < requests % connections);
-                // 127.0.0.1 to 127.0.0.250.
-                tokio::spawn(connection(addr, 1 + (c % 250) as u8, share))
-            })
-            .collect();
-        let mut latencies = Vec::with_capacity(requests as usize);
-        for task in tasks {
-            latencies.extend(task.await.expect("a client connection"));
-        }
+        let mut latencies = loopback::send(addr, connections, requests).await;
         let elapsed = start.elapsed();
         latencies.sort_unstable();
         let at = |q: f64| latencies[((latencies.len() - 1) as f64 * q).round() as usize];
@@ -372,6 +306,26 @@ fn main() {
             drop(stop);
         }
     }
+    // The CPU a request of each server took, median over its rounds: the
+    // bench process's, and Redis's too when Redis shares the bench's CPUs.
+    let cpu_per_request: Vec<f64> = results
+        .iter()
+        .map(|(_, loads)| {
+            let mut cpu: Vec<f64> = loads
+                .iter()
+                .map(|l| {
+                    l.process_cpu_us
+                        + if layout.is_none() {
+                            l.redis_cpu_us
+                        } else {
+                            0.0
+                        }
+                })
+                .collect();
+            cpu.sort_by(f64::total_cmp);
+            cpu[cpu.len() / 2]
+        })
+        .collect();
     // The median round of each server, by rate, and its slowest and
     // fastest rates.
     let median = |loads: &mut Vec<Load>| {
@@ -422,6 +376,20 @@ fn main() {
             load.redis_cpu_us,
             load.requests_per_read,
             load.steal_percent
+        );
+    }
+    println!(
+        "CPU a request, median of the rounds ({}), and the share of the none server's rate it leaves when CPU is all that limits the rate:",
+        if layout.is_none() {
+            "this process and redis-server"
+        } else {
+            "this process; redis-server has its own CPU"
+        }
+    );
+    for ((server, _), cpu) in medians.iter().zip(&cpu_per_request) {
+        println!(
+            "{server:<21} {cpu:>8.1} us {:>9.1}%",
+            100.0 * cpu_per_request[0] / cpu
         );
     }
 }

@@ -13,6 +13,13 @@
 //!   `handle_request_with_peer` (after 2,000 to warm up), from 32 client
 //!   addresses in turn, on the quickstart's router behind the server's
 //!   limiter, on the memory backends;
+//! - the same servers over HTTP (`http_none`, `http_pass_through`,
+//!   `http_driver_memory`, `http_throttle_memory`): served by
+//!   `suprnova::server` on a loopback port and loaded by the HTTP bench's
+//!   client, 32 keep-alive connections from 32 addresses, all in one
+//!   current-thread runtime, so that the count is the server's and the
+//!   client's instructions a request together (the kernel's loopback work,
+//!   the same for every server, is not counted);
 //! - one decision of a limiter over 100,000 keys (`driver_decision`,
 //!   `governor_decision`) and on one hot key (`driver_hot_key`,
 //!   `governor_hot_key`): each key brought to its limit of 100 per minute
@@ -36,6 +43,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use governor::{Quota, RateLimiter};
+use support::loopback::{self, start_server};
 use support::servers::{
     client_addresses, memory_container, register_throttle, router, serve_in_process,
 };
@@ -43,6 +51,12 @@ use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
 
 const SERVERS: [&str; 4] = ["none", "pass_through", "driver_memory", "throttle_memory"];
+const HTTP_SERVERS: [&str; 4] = [
+    "http_none",
+    "http_pass_through",
+    "http_driver_memory",
+    "http_throttle_memory",
+];
 const DECIDERS: [&str; 6] = [
     "driver_decision",
     "governor_decision",
@@ -60,7 +74,7 @@ fn main() {
     // `cargo bench` runs every bench with `--bench`: nothing to do then.
     let [subject, count] = args.as_slice() else {
         println!(
-            "usage: instructions <subject> <count>, subjects {SERVERS:?} {DECIDERS:?}; see benches/instructions.sh"
+            "usage: instructions <subject> <count>, subjects {SERVERS:?} {HTTP_SERVERS:?} {DECIDERS:?}; see benches/instructions.sh"
         );
         return;
     };
@@ -73,7 +87,8 @@ fn main() {
         "driver_dyn_async" => dyn_decisions(count, true),
         "driver_dyn_without_waiting" => dyn_decisions(count, false),
         server if SERVERS.contains(&server) => requests(server, count),
-        other => panic!("no subject {other}; subjects {SERVERS:?} {DECIDERS:?}"),
+        server if HTTP_SERVERS.contains(&server) => http_requests(&server["http_".len()..], count),
+        other => panic!("no subject {other}; subjects {SERVERS:?} {HTTP_SERVERS:?} {DECIDERS:?}"),
     }
 }
 
@@ -88,6 +103,18 @@ fn requests(server: &str, count: u64) {
     let router = router(server);
     runtime.block_on(app.scope(serve_in_process(&router, &clients, WARM_UP)));
     runtime.block_on(app.scope(serve_in_process(&router, &clients, count)));
+}
+
+fn http_requests(server: &str, count: u64) {
+    register_throttle();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime");
+    let (addr, stop) = start_server(&runtime, memory_container(), router(server));
+    runtime.block_on(loopback::send(addr, 32, WARM_UP));
+    runtime.block_on(loopback::send(addr, 32, count));
+    drop(stop);
 }
 
 /// `keys` keys `"user:N"`, and `decide` called on each until it is full,

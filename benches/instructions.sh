@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Instructions per request of each in-process server, per decision of the
+# Instructions per request of each in-process server and of the same servers
+# over HTTP on loopback (server and client together), per decision of the
 # memory driver and governor over 100,000 keys and on one hot key, and per
 # decision of the memory driver through `Arc<dyn RateLimiterDriver>`
 # (benches/instructions.rs),
@@ -34,6 +35,13 @@ printf '%-18s %12s %12s\n' server "per request" "over none"
 none=""
 for server in none pass_through driver_memory throttle_memory; do
     n=$(per "$server" 20000)
+    none=${none:-$n}
+    printf '%-18s %12d %12d\n' "$server" "$n" "$((n - none))"
+done
+printf '\n%-18s %12s %12s\n' "over HTTP" "per request" "over none"
+none=""
+for server in none pass_through driver_memory throttle_memory; do
+    n=$(per "http_$server" 5000)
     none=${none:-$n}
     printf '%-18s %12d %12d\n' "$server" "$n" "$((n - none))"
 done

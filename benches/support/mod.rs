@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod estimates;
+pub mod loopback;
 pub mod machine;
 pub mod redis;
 pub mod servers;
