@@ -195,9 +195,14 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    let proxies =
-        App::resolve::<TrustedProxies>().unwrap_or_else(|| Arc::new(TrustedProxies::none()));
-    let mut request = Request::new(request).with_trusted_proxies(proxies);
+    let mut request = Request::new(request);
+    // Lent, and cloned only when it trusts someone: with no proxy trusted
+    // (the default), no request writes the installed list's reference count.
+    if let Some(proxies) = App::resolve_with::<TrustedProxies, _>(|proxies| {
+        proxies.filter(|proxies| !proxies.is_empty()).cloned()
+    }) {
+        request = request.with_trusted_proxies(proxies);
+    }
     if let Some(peer) = peer {
         request = request.with_peer(peer);
     }

@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 
 use super::body::{BodyError, BodyState, BoxError};
 use super::proxies::TrustedProxies;
+use crate::keys::canonical_ip;
 
 /// The id of the signed-in user, as an auth middleware records it.
 ///
@@ -31,7 +32,8 @@ pub struct Request {
     body: BodyState,
     peer: Option<SocketAddr>,
     params: Vec<(String, String)>,
-    proxies: Arc<TrustedProxies>,
+    /// `None` trusts no proxy, as does a list with nothing in it.
+    proxies: Option<Arc<TrustedProxies>>,
     holds: Vec<Box<dyn Any + Send + Sync>>,
 }
 
@@ -68,7 +70,7 @@ impl Request {
             body,
             peer: None,
             params: Vec::new(),
-            proxies: Arc::new(TrustedProxies::none()),
+            proxies: None,
             holds: Vec::new(),
         }
     }
@@ -81,7 +83,7 @@ impl Request {
 
     /// Sets the proxies whose forwarded headers [`Request::ip`] believes.
     pub fn with_trusted_proxies(mut self, proxies: Arc<TrustedProxies>) -> Self {
-        self.proxies = proxies;
+        self.proxies = (!proxies.is_empty()).then_some(proxies);
         self
     }
 
@@ -173,7 +175,10 @@ impl Request {
     /// The client address; see [`Request::ip`].
     pub fn ip_addr(&self) -> Option<IpAddr> {
         let peer = self.peer?.ip();
-        Some(self.proxies.client_ip(peer, &self.parts.headers))
+        Some(match &self.proxies {
+            Some(proxies) => proxies.client_ip(peer, &self.parts.headers),
+            None => canonical_ip(peer),
+        })
     }
 
     /// The id of the signed-in user, when an auth middleware has set one.

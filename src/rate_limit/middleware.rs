@@ -238,24 +238,46 @@ impl RateLimitMiddleware {
     /// counts the request if it admits it); the request passes only if all
     /// admit.
     async fn decide(&self, key: &str, others: &[String]) -> Result<Decision, RateLimitError> {
-        // A given driver is borrowed; only an installed one is looked up
-        // (and its `Arc` cloned out of the container).
+        let config = &self.config;
+        // The common case is one bucket: one call, nothing to combine; and in
+        // memory, no future either, and the driver is only borrowed. An
+        // installed driver is lent by the container for that call, so no
+        // request writes its reference count (which every core's requests
+        // would write); one that must wait (Redis) is cloned out to be held
+        // across the wait.
         let installed;
         let limiter = match &self.limiter {
-            LimiterSource::Given(limiter) => limiter,
+            LimiterSource::Given(limiter) => {
+                if others.is_empty()
+                    && let Some(outcome) = limiter.acquire_without_waiting(key, config)
+                {
+                    return outcome;
+                }
+                limiter
+            }
             LimiterSource::Installed => {
-                installed =
-                    App::resolve::<dyn RateLimiterDriver>().ok_or(RateLimitError::NotInstalled)?;
-                &installed
+                let lent = App::resolve_with::<dyn RateLimiterDriver, _>(|limiter| {
+                    let limiter = limiter?;
+                    let decided = if others.is_empty() {
+                        limiter.acquire_without_waiting(key, config)
+                    } else {
+                        None
+                    };
+                    Some(match decided {
+                        Some(outcome) => Lent::Decided(outcome),
+                        None => Lent::MustWait(limiter.clone()),
+                    })
+                });
+                match lent.ok_or(RateLimitError::NotInstalled)? {
+                    Lent::Decided(outcome) => return outcome,
+                    Lent::MustWait(limiter) => {
+                        installed = limiter;
+                        &installed
+                    }
+                }
             }
         };
-        let config = &self.config;
         if others.is_empty() {
-            // The common case: one bucket, one call, nothing to combine; and
-            // in memory, no future either.
-            if let Some(outcome) = limiter.acquire_without_waiting(key, config) {
-                return outcome;
-            }
             return limiter.acquire(key, config).await;
         }
         let keys = std::iter::once(key).chain(others.iter().map(String::as_str));
@@ -296,6 +318,15 @@ impl RateLimitMiddleware {
             }
         }
     }
+}
+
+/// What the installed driver gave while the container lent it.
+enum Lent {
+    /// It decided without waiting.
+    Decided(Result<Decision, RateLimitError>),
+    /// It must wait (or the request has several buckets): the driver,
+    /// cloned out to be held across the wait.
+    MustWait(Arc<dyn RateLimiterDriver>),
 }
 
 /// The one decision of several buckets: a refusal if any refuses (the one
