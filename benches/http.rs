@@ -52,8 +52,9 @@
 //! (median over its rounds; the scheduler's count, which leaves out time the
 //! host took) and the ratio of the `none` server's to it: on CPUs the bench
 //! keeps busy, the share of the bare rate a server would keep if CPU were
-//! all that set the rate. It moves far less between rounds than the rates
-//! do, and tells what a limiter costs from what the host lent.
+//! all that set the rate. In rounds where the host lends the machine less
+//! CPU the rate falls and the CPU a request does not; otherwise the two
+//! move together from round to round.
 
 mod support;
 
