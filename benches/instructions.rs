@@ -9,7 +9,8 @@
 //! Three kinds of subject:
 //!
 //! - the servers of the `middleware` bench (`none`, `pass_through`,
-//!   `driver_memory`, `throttle_memory`): `<count>` requests through
+//!   `driver_memory`, `throttle_memory`, `throttle_named_memory`):
+//!   `<count>` requests through
 //!   `handle_request_with_peer` (after 2,000 to warm up), from 32 client
 //!   addresses in turn, on the quickstart's router behind the server's
 //!   limiter, on the memory backends;
@@ -45,12 +46,11 @@ use std::time::Duration;
 use governor::{Quota, RateLimiter};
 use support::loopback::{self, start_server};
 use support::servers::{
-    client_addresses, memory_container, register_throttle, router, serve_in_process,
+    SERVERS, client_addresses, memory_container, register_throttle, router, serve_in_process,
 };
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
 
-const SERVERS: [&str; 4] = ["none", "pass_through", "driver_memory", "throttle_memory"];
 const HTTP_SERVERS: [&str; 4] = [
     "http_none",
     "http_pass_through",

@@ -33,7 +33,7 @@ per() {
 
 printf '%-18s %12s %12s\n' server "per request" "over none"
 none=""
-for server in none pass_through driver_memory throttle_memory; do
+for server in none pass_through driver_memory throttle_memory throttle_named_memory; do
     n=$(per "$server" 20000)
     none=${none:-$n}
     printf '%-18s %12d %12d\n' "$server" "$n" "$((n - none))"

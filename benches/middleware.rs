@@ -1,8 +1,9 @@
 //! What each limiter adds to a request inside the process, without the
 //! network: `handle_request_with_peer` through the quickstart's router with
 //! no middleware, with a pass-through middleware, with
-//! `RateLimitMiddleware::ip_based` on the memory driver and with
-//! `throttle:1000000,1` on the memory cache store, in one run.
+//! `RateLimitMiddleware::ip_based` on the memory driver, with
+//! `throttle:1000000,1` on the memory cache store and with a named
+//! limiter (`throttle:bench`) on it, in one run.
 //!
 //! ```text
 //! cargo bench --bench middleware
@@ -28,12 +29,11 @@ use std::time::{Duration, SystemTime};
 
 use criterion::Criterion;
 use support::servers::{
-    client_addresses, memory_container, register_throttle, router, serve_in_process,
+    SERVERS, client_addresses, memory_container, register_throttle, router, serve_in_process,
 };
 use suprnova::Router;
 use suprnova::container::App;
 
-const SERVERS: [&str; 4] = ["none", "pass_through", "driver_memory", "throttle_memory"];
 const CLIENTS: u8 = 32;
 
 fn bench(c: &mut Criterion) {

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use suprnova::cache::{MemoryStore, Store};
 use suprnova::clock;
 use suprnova::container::App;
-use suprnova::limiter::CacheRateLimiter;
+use suprnova::limiter::{CacheRateLimiter, Limit, NamedLimiters};
 use suprnova::middleware::register_middleware_alias_with_args;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
@@ -18,6 +18,16 @@ use suprnova::{
     HttpResponse, Middleware, Next, Request, Response, Router, ThrottleRequestsMiddleware,
     async_trait,
 };
+
+/// The servers the in-process benches (middleware, instructions) compare,
+/// as [`router`] names them.
+pub const SERVERS: [&str; 5] = [
+    "none",
+    "pass_through",
+    "driver_memory",
+    "throttle_memory",
+    "throttle_named_memory",
+];
 
 /// Far above the load: every request is admitted.
 pub const HUGE_LIMIT: u32 = 1_000_000;
@@ -39,8 +49,10 @@ pub fn register_throttle() {
 }
 
 /// The quickstart's router, behind the limiter `server` names: `none`,
-/// `pass_through`, `driver_<backend>` (`RateLimitMiddleware::ip_based`) or
-/// `throttle_<backend>` (`throttle:1000000,1`). The backend is the
+/// `pass_through`, `driver_<backend>` (`RateLimitMiddleware::ip_based`),
+/// `throttle_<backend>` (`throttle:1000000,1`) or `throttle_named_memory`
+/// (`throttle:bench`, a named limiter of 1,000,000 a minute by address, as
+/// an application's `api` limiter is defined). The backend is the
 /// container's.
 pub fn router(server: &str) -> Router {
     let router = Router::new().get("/", |_req: Request| async {
@@ -52,6 +64,7 @@ pub fn router(server: &str) -> Router {
         driver if driver.starts_with("driver_") => router.middleware(
             RateLimitMiddleware::ip_based(HUGE_LIMIT, Duration::from_secs(60)),
         ),
+        "throttle_named_memory" => router.middleware_named("throttle:bench"),
         throttle if throttle.starts_with("throttle_") => {
             router.middleware_named(&format!("throttle:{HUGE_LIMIT},1"))
         }
@@ -68,12 +81,21 @@ pub fn container_with(driver: Arc<dyn RateLimiterDriver>, store: Arc<dyn Store>)
     app
 }
 
-/// A container with the memory driver and the memory cache store.
+/// A container with the memory driver and the memory cache store, and the
+/// named limiter `bench`.
 pub fn memory_container() -> App {
-    container_with(
+    let app = container_with(
         Arc::new(InMemoryRateLimiter::new()),
         Arc::new(MemoryStore::new()),
-    )
+    );
+    let named = NamedLimiters::new();
+    named.define("bench", |req: &Request| {
+        Limit::per_minute(i64::from(HUGE_LIMIT))
+            .by(req.ip().unwrap_or_default())
+            .into()
+    });
+    app.install(Arc::new(named));
+    app
 }
 
 /// `count` client addresses, 127.0.0.1 up: a per-address limiter keeps one

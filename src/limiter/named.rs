@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
 
 use super::limit::Limit;
 use super::limit_result::LimitResult;
@@ -36,8 +38,16 @@ pub type NamedLimiter = Arc<dyn Fn(&Request) -> LimitResult + Send + Sync>;
 /// ```
 #[derive(Default)]
 pub struct NamedLimiters {
-    limiters: RwLock<HashMap<String, NamedLimiter>>,
+    /// The registry, replaced whole on each definition (definitions are
+    /// made at boot) and read without a lock, as the container is.
+    limiters: ArcSwap<Registry>,
+    /// Held while a definition builds the next registry.
+    defining: Mutex<()>,
 }
+
+/// Names are the application's own, never a caller's: foldhash hashes them
+/// in a few instructions.
+type Registry = HashMap<String, NamedLimiter, foldhash::fast::RandomState>;
 
 impl NamedLimiters {
     /// An empty registry.
@@ -56,10 +66,10 @@ impl NamedLimiters {
         name: impl Into<String>,
         callback: impl Fn(&Request) -> LimitResult + Send + Sync + 'static,
     ) {
-        self.limiters
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(name.into(), Arc::new(callback));
+        let _defining = self.defining.lock().unwrap_or_else(|e| e.into_inner());
+        let mut next = Registry::clone(&self.limiters.load());
+        next.insert(name.into(), Arc::new(callback));
+        self.limiters.store(Arc::new(next));
     }
 
     /// The callback registered under `name`, wrapped as Laravel wraps it:
@@ -68,34 +78,50 @@ impl NamedLimiters {
     /// [`fallback_key`](Limit::fallback_key). `None` when nothing is
     /// registered under `name`.
     pub fn limiter(&self, name: &str) -> Option<NamedLimiter> {
-        let registered = self
-            .limiters
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(name)
-            .cloned()?;
+        let registered = self.limiters.load().get(name).cloned()?;
         Some(Arc::new(move |request: &Request| {
-            match registered(request) {
-                LimitResult::Limits(mut limits) => {
-                    apply_fallback_keys(&mut limits);
-                    LimitResult::Limits(limits)
-                }
-                other => other,
-            }
+            with_fallback_keys(registered(request))
         }))
+    }
+
+    /// What the limiter registered under `name` gives `request`, with the
+    /// fallback keys applied as [`limiter`](Self::limiter) applies them;
+    /// `None` when nothing is registered under `name`. The callback is
+    /// called where it is registered, so a request that uses a named limiter
+    /// writes no reference count and allocates nothing to reach it.
+    ///
+    /// ```
+    /// use suprnova::limiter::{Limit, LimitResult, NamedLimiters};
+    /// use suprnova::Request;
+    ///
+    /// let limiters = NamedLimiters::new();
+    /// limiters.define("api", |_req| LimitResult::from(Limit::per_minute(60).by("a")));
+    /// let req = Request::new(http::Request::get("/").body(String::new()).unwrap());
+    /// let result = limiters.limits_for("api", &req).unwrap();
+    /// assert_eq!(result.limits()[0].max_attempts, 60);
+    /// assert!(limiters.limits_for("missing", &req).is_none());
+    /// ```
+    pub fn limits_for(&self, name: &str, request: &Request) -> Option<LimitResult> {
+        let registered = self.limiters.load();
+        Some(with_fallback_keys(registered.get(name)?(request)))
     }
 
     /// The registered names, sorted.
     pub fn names(&self) -> Vec<String> {
-        let mut names: Vec<String> = self
-            .limiters
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .keys()
-            .cloned()
-            .collect();
+        let mut names: Vec<String> = self.limiters.load().keys().cloned().collect();
         names.sort_unstable();
         names
+    }
+}
+
+/// `result` with the fallback keys applied to limits that share a key.
+fn with_fallback_keys(result: LimitResult) -> LimitResult {
+    match result {
+        LimitResult::Limits(mut limits) => {
+            apply_fallback_keys(&mut limits);
+            LimitResult::Limits(limits)
+        }
+        other => other,
     }
 }
 
@@ -137,5 +163,51 @@ pub fn apply_fallback_keys(limits: &mut [Limit]) {
         if shared {
             limit.key = limit.fallback_key();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Request {
+        Request::new(http::Request::get("/").body(String::new()).unwrap())
+    }
+
+    fn keys(result: &LimitResult) -> Vec<&str> {
+        result.limits().iter().map(|l| l.key.as_str()).collect()
+    }
+
+    #[test]
+    fn limits_for_gives_what_the_wrapped_limiter_gives() {
+        let limiters = NamedLimiters::new();
+        limiters.define("api", |_req| {
+            vec![
+                Limit::per_minute(60).by("a"),
+                Limit::per_day(1_000).by("a"),
+                Limit::per_minute(5).by("b"),
+            ]
+            .into()
+        });
+        let req = request();
+        let lent = limiters.limits_for("api", &req).unwrap();
+        let wrapped = limiters.limiter("api").unwrap()(&req);
+        assert_eq!(
+            keys(&lent),
+            ["a:attempts:60:decay:60", "a:attempts:1000:decay:86400", "b"]
+        );
+        assert_eq!(keys(&lent), keys(&wrapped));
+    }
+
+    #[test]
+    fn a_later_definition_replaces_and_keeps_the_others() {
+        let limiters = NamedLimiters::new();
+        limiters.define("a", |_req| Limit::per_minute(1).by("x").into());
+        limiters.define("b", |_req| Limit::per_minute(2).by("x").into());
+        limiters.define("a", |_req| Limit::per_minute(3).by("x").into());
+        let req = request();
+        let max = |name| limiters.limits_for(name, &req).unwrap().limits()[0].max_attempts;
+        assert_eq!((max("a"), max("b")), (3, 2));
+        assert_eq!(limiters.names(), ["a", "b"]);
     }
 }

@@ -2,8 +2,9 @@
 
 use super::keys::{caller_key, caller_on_path_key, named_key, prefixed};
 use super::middleware::{DEFAULT_DECAY_SECONDS, DEFAULT_MAX_ATTEMPTS};
+use crate::container::App;
 use crate::http::{HttpResponse, Request};
-use crate::limiter::{Limit, LimitResult, RateLimiter};
+use crate::limiter::{Limit, LimitResult, NamedLimiters};
 
 /// The limits a [`ThrottleRequestsMiddleware`](super::ThrottleRequestsMiddleware)
 /// applies, before they meet a request.
@@ -77,9 +78,13 @@ impl LimitSource {
 /// The limits of the named limiter `name`, keyed `<name>:<key>`, or what to
 /// answer instead.
 fn named_limits(name: &str, request: &Request) -> Result<Vec<Limit>, Resolved> {
-    // `RateLimiter::limiter` applies the fallback keys to limits that share
-    // a key.
-    let Some(limiter) = RateLimiter::limiter(name) else {
+    // The registry is lent and the callback called where it is registered
+    // (`limits_for` applies the fallback keys to limits that share a key),
+    // so a request writes no reference count to reach it.
+    let found = App::resolve_with::<NamedLimiters, _>(|limiters| {
+        limiters.and_then(|limiters| limiters.limits_for(name, request))
+    });
+    let Some(result) = found else {
         tracing::error!(
             limiter = name,
             path = request.path(),
@@ -89,7 +94,7 @@ fn named_limits(name: &str, request: &Request) -> Result<Vec<Limit>, Resolved> {
             HttpResponse::text(format!("Rate limiter [{name}] is not defined.")).status(503),
         ));
     };
-    match limiter(request) {
+    match result {
         LimitResult::Limits(limits) => Ok(limits
             .into_iter()
             .map(|limit| {
