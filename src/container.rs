@@ -69,9 +69,9 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use arc_swap::ArcSwap;
+use crate::copy_on_write::CopyOnWrite;
 
 type Entry = Arc<dyn Any + Send + Sync>;
 /// A `TypeId` is a hash already; foldhash mixes it in a few instructions.
@@ -83,14 +83,10 @@ pub struct App {
     shared: Arc<Shared>,
 }
 
-/// The map every clone of one [`App`] sees.
+/// The map every clone of one [`App`] sees, read without a lock.
 #[derive(Default)]
 struct Shared {
-    /// The current map, read without a lock.
-    services: ArcSwap<Services>,
-    /// Held while a change builds the next map, so that two changes at once
-    /// do not lose one.
-    changing: Mutex<()>,
+    services: CopyOnWrite<Services>,
 }
 
 /// A lookup found nothing installed under the type.
@@ -302,18 +298,9 @@ impl App {
         App::with_current(App::make::<T>)
     }
 
-    /// Applies `change` to a copy of the map and makes the copy current:
-    /// readers see the map before or after, never one being changed.
+    /// Applies `change` to a copy of the map and makes the copy current.
     fn change<R>(&self, change: impl FnOnce(&mut Services) -> R) -> R {
-        let _changing = self
-            .shared
-            .changing
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        let mut next = Services::clone(&self.shared.services.load());
-        let result = change(&mut next);
-        self.shared.services.store(Arc::new(next));
-        result
+        self.shared.services.change(change)
     }
 }
 

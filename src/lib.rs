@@ -23,6 +23,7 @@ pub mod cache;
 pub mod clock;
 pub mod config;
 pub mod container;
+mod copy_on_write;
 pub mod decision;
 pub mod http;
 pub mod keys;

@@ -3,13 +3,12 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex};
-
-use arc_swap::ArcSwap;
+use std::sync::Arc;
 
 use super::limit::Limit;
 use super::limit_result::LimitResult;
 use crate::container::App;
+use crate::copy_on_write::CopyOnWrite;
 use crate::http::Request;
 
 /// A named-limiter callback, as [`RateLimiter::limiter`](crate::RateLimiter::limiter)
@@ -38,11 +37,9 @@ pub type NamedLimiter = Arc<dyn Fn(&Request) -> LimitResult + Send + Sync>;
 /// ```
 #[derive(Default)]
 pub struct NamedLimiters {
-    /// The registry, replaced whole on each definition (definitions are
-    /// made at boot) and read without a lock, as the container is.
-    limiters: ArcSwap<Registry>,
-    /// Held while a definition builds the next registry.
-    defining: Mutex<()>,
+    /// Replaced whole on each definition (definitions are made at boot)
+    /// and read without a lock, as the container is.
+    limiters: CopyOnWrite<Registry>,
 }
 
 /// Names are the application's own, never a caller's: foldhash hashes them
@@ -66,10 +63,10 @@ impl NamedLimiters {
         name: impl Into<String>,
         callback: impl Fn(&Request) -> LimitResult + Send + Sync + 'static,
     ) {
-        let _defining = self.defining.lock().unwrap_or_else(|e| e.into_inner());
-        let mut next = Registry::clone(&self.limiters.load());
-        next.insert(name.into(), Arc::new(callback));
-        self.limiters.store(Arc::new(next));
+        let callback: NamedLimiter = Arc::new(callback);
+        self.limiters.change(|registry| {
+            registry.insert(name.into(), callback);
+        });
     }
 
     /// The callback registered under `name`, wrapped as Laravel wraps it:
