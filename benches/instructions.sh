@@ -31,19 +31,19 @@ per() {
     echo $(((long - short) / $2))
 }
 
-printf '%-18s %12s %12s\n' server "per request" "over none"
+printf '%-22s %12s %12s\n' server "per request" "over none"
 none=""
 for server in none pass_through driver_memory throttle_memory throttle_named_memory; do
     n=$(per "$server" 20000)
     none=${none:-$n}
-    printf '%-18s %12d %12d\n' "$server" "$n" "$((n - none))"
+    printf '%-22s %12d %12d\n' "$server" "$n" "$((n - none))"
 done
-printf '\n%-18s %12s %12s\n' "over HTTP" "per request" "over none"
+printf '\n%-22s %12s %12s\n' "over HTTP" "per request" "over none"
 none=""
 for server in none pass_through driver_memory throttle_memory; do
     n=$(per "http_$server" 5000)
     none=${none:-$n}
-    printf '%-18s %12d %12d\n' "$server" "$n" "$((n - none))"
+    printf '%-22s %12d %12d\n' "$server" "$n" "$((n - none))"
 done
 printf '\n%-28s %12s\n' limiter "per decision"
 for decider in driver_decision governor_decision driver_hot_key governor_hot_key driver_dyn_async driver_dyn_without_waiting; do
