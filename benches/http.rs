@@ -243,10 +243,7 @@ fn main() {
         pin(&redis.pid(), redis_cpu);
     }
     let server_runtime = support::two_worker_runtime();
-    let client_runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("the client runtime");
+    let client_runtime = support::current_thread_runtime();
     let redis_conn = RedisConnections {
         tcp: redis.connection(&server_runtime),
         socket: redis.connection_at(&redis.socket_url(), &server_runtime),

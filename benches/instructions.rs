@@ -94,10 +94,7 @@ fn main() {
 
 fn requests(server: &str, count: u64) {
     register_throttle();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let runtime = support::current_thread_runtime();
     let clients = client_addresses(32);
     let app = memory_container();
     let router = router(server);
@@ -107,10 +104,7 @@ fn requests(server: &str, count: u64) {
 
 fn http_requests(server: &str, count: u64) {
     register_throttle();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let runtime = support::current_thread_runtime();
     let (addr, stop) = start_server(&runtime, memory_container(), router(server));
     runtime.block_on(loopback::send(addr, 32, WARM_UP));
     runtime.block_on(loopback::send(addr, 32, count));

@@ -38,10 +38,7 @@ const CLIENTS: u8 = 32;
 
 fn bench(c: &mut Criterion) {
     register_throttle();
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("a tokio runtime");
+    let runtime = support::current_thread_runtime();
     let clients = client_addresses(CLIENTS);
     let mut group = c.benchmark_group("middleware_in_process");
     for server in SERVERS {
@@ -70,10 +67,7 @@ fn on_two_threads(app: &App, router: &Router, clients: &[SocketAddr], iters: u64
             .map(|half| {
                 let start = &start;
                 s.spawn(move || {
-                    let runtime = tokio::runtime::Builder::new_current_thread()
-                        .enable_all()
-                        .build()
-                        .expect("a tokio runtime");
+                    let runtime = support::current_thread_runtime();
                     start.wait();
                     runtime.block_on(app.scope(serve_in_process(router, half, iters)))
                 })

@@ -18,6 +18,15 @@ pub fn two_worker_runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
+/// A current-thread tokio runtime with its timers and I/O, as the in-process
+/// benches and the HTTP bench's client run.
+pub fn current_thread_runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a tokio runtime")
+}
+
 /// The number in the environment variable `name`, or `default`.
 pub fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)

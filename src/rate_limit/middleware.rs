@@ -248,9 +248,7 @@ impl RateLimitMiddleware {
         let installed;
         let limiter = match &self.limiter {
             LimiterSource::Given(limiter) => {
-                if others.is_empty()
-                    && let Some(outcome) = limiter.acquire_without_waiting(key, config)
-                {
+                if let Some(outcome) = decided_now(&**limiter, key, others, config) {
                     return outcome;
                 }
                 limiter
@@ -258,12 +256,7 @@ impl RateLimitMiddleware {
             LimiterSource::Installed => {
                 let lent = App::resolve_with::<dyn RateLimiterDriver, _>(|limiter| {
                     let limiter = limiter?;
-                    let decided = if others.is_empty() {
-                        limiter.acquire_without_waiting(key, config)
-                    } else {
-                        None
-                    };
-                    Some(match decided {
+                    Some(match decided_now(&**limiter, key, others, config) {
                         Some(outcome) => Lent::Decided(outcome),
                         None => Lent::MustWait(limiter.clone()),
                     })
@@ -317,6 +310,22 @@ impl RateLimitMiddleware {
                 )
             }
         }
+    }
+}
+
+/// The decision of a request with one bucket, when `limiter` gives it
+/// without waiting (memory); `None` when it must wait (Redis) or the request
+/// has several buckets.
+fn decided_now(
+    limiter: &dyn RateLimiterDriver,
+    key: &str,
+    others: &[String],
+    config: &SlidingWindowConfig,
+) -> Option<Result<Decision, RateLimitError>> {
+    if others.is_empty() {
+        limiter.acquire_without_waiting(key, config)
+    } else {
+        None
     }
 }
 
