@@ -26,14 +26,14 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, ToSocketAddrs};
 
 use crate::container::App;
 use crate::http::{BoxError, HttpResponse, Request, TrustedProxies};
-use crate::routing::{RouteError, Router};
+use crate::routing::{RouteError, Router, RouterHandle};
 
 /// How long a graceful shutdown waits for open connections to finish.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -97,7 +97,7 @@ impl Server {
         router.validate()?;
         let router = Arc::new(router);
         let app = App::current();
-        let builder = auto::Builder::new(TokioExecutor::new());
+        let builder = auto::Builder::new(ScopedExecutor { app: app.clone() });
         let graceful = GracefulShutdown::new();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
@@ -114,13 +114,14 @@ impl Server {
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    let router = router.clone();
-                    let app = app.clone();
+                    // Cloned once a connection; a request clones only this
+                    // connection's handle.
+                    let router = Arc::new(ConnectionRouter(router.clone()));
                     let service = service_fn(move |req: http::Request<Incoming>| {
                         let router = router.clone();
-                        let app = app.clone();
                         async move {
-                            let response = app.scope(dispatch(&router, req, Some(peer))).await;
+                            let request = prepare(req, Some(peer));
+                            let response = answer(Router::dispatch_handled(router, request)).await;
                             Ok::<_, Infallible>(response.into_http())
                         }
                     });
@@ -128,11 +129,15 @@ impl Server {
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .into_owned();
                     let connection = graceful.watch(connection);
-                    tokio::spawn(async move {
+                    // HTTP/1 runs each request inside the connection's
+                    // task, so one scope a connection makes `app` current
+                    // for all of them; what HTTP/2 spawns, ScopedExecutor
+                    // scopes.
+                    tokio::spawn(app.scope(async move {
                         if let Err(error) = connection.await {
                             tracing::debug!(%peer, %error, "connection ended with an error");
                         }
-                    });
+                    }));
                 }
                 () = &mut shutdown => break,
             }
@@ -195,6 +200,16 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
+    answer(router.dispatch(prepare(request, peer))).await
+}
+
+/// The crate's request for `request` from `peer`, trusting the proxies
+/// installed in the current container.
+fn prepare<B>(request: http::Request<B>, peer: Option<SocketAddr>) -> Request
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
     let mut request = Request::new(request);
     // Lent, and cloned only when it trusts someone: with no proxy trusted
     // (the default), no request writes the installed list's reference count.
@@ -206,14 +221,45 @@ where
     if let Some(peer) = peer {
         request = request.with_peer(peer);
     }
-    match AssertUnwindSafe(router.dispatch(request))
-        .catch_unwind()
-        .await
-    {
+    request
+}
+
+/// What `dispatched` answers, or 500 when a handler or middleware panicked.
+async fn answer(dispatched: impl Future<Output = HttpResponse>) -> HttpResponse {
+    match AssertUnwindSafe(dispatched).catch_unwind().await {
         Ok(response) => response,
         Err(_) => {
             tracing::error!("a handler or middleware panicked; answering 500");
             HttpResponse::text("500 Internal Server Error").status(500)
         }
+    }
+}
+
+/// A connection's own handle on the served router: every request of the
+/// connection clones this handle, whose reference count no other
+/// connection writes, instead of the router's, which every connection's
+/// requests would write from every core.
+struct ConnectionRouter(Arc<Router>);
+
+impl RouterHandle for Arc<ConnectionRouter> {
+    fn router(&self) -> &Router {
+        &self.0
+    }
+}
+
+/// Spawns what hyper runs on its own (HTTP/2 streams) on tokio, inside the
+/// server's container scope, as HTTP/1 requests run inside the connection's.
+#[derive(Clone)]
+struct ScopedExecutor {
+    app: App,
+}
+
+impl<F> hyper::rt::Executor<F> for ScopedExecutor
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    fn execute(&self, future: F) {
+        tokio::spawn(self.app.scope(future));
     }
 }

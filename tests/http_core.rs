@@ -315,3 +315,51 @@ async fn aliases_of_one_container_are_invisible_to_another() {
         .unwrap_err();
     assert!(err.to_string().contains("only_in_first"));
 }
+
+/// The server runs every request inside the container that was current when
+/// it started, with the route's whole chain, over HTTP/1.1 and over HTTP/2
+/// (whose streams hyper runs as tasks of their own).
+#[tokio::test]
+async fn real_server_runs_requests_in_its_container_over_http1_and_http2() {
+    let app = App::new();
+    app.install(Arc::new(String::from("the server's container")));
+    app.scope(async {
+        let router = Router::new()
+            .get("/container", |_req: Request| async {
+                let seen = App::resolve::<String>().map(|s| (*s).clone());
+                HttpResponse::text(seen.unwrap_or_else(|| "none".to_owned()))
+            })
+            .middleware(Tag("first;"))
+            .middleware(Tag("second;"))
+            .get("/panic", |_req: Request| async move {
+                if true {
+                    panic!("handler bug");
+                }
+                HttpResponse::new()
+            });
+        let server = TestServer::start(router).await;
+        for round in 0..3 {
+            for reply in [
+                server.get("/container").await,
+                server.send_h2(get(&server.url("/container"))).await,
+            ] {
+                assert_eq!(reply.status, 200, "round {round}");
+                assert_eq!(reply.body, "the server's container", "round {round}");
+                assert_eq!(reply.header("x-order"), Some("second;first;"));
+            }
+        }
+        assert_eq!(server.send_h2(get(&server.url("/panic"))).await.status, 500);
+        assert_eq!(
+            server.send_h2(get(&server.url("/missing"))).await.status,
+            404
+        );
+        let post = http::Request::post(server.url("/container"))
+            .body(Full::default())
+            .unwrap();
+        let refused = server.send_h2(post).await;
+        assert_eq!(refused.status, 405);
+        assert_eq!(refused.header("allow"), Some("GET"));
+        server.stop().await;
+    })
+    .await;
+}

@@ -26,20 +26,46 @@ impl<M: Middleware + ?Sized> Middleware for Arc<M> {
     }
 }
 
-/// Runs `stack[from..]` (outermost first) and then `handler`.
-pub(crate) fn run_chain(
-    stack: Arc<[Arc<dyn Middleware>]>,
+/// A route's middleware (outermost first) and its handler.
+#[derive(Clone)]
+pub(crate) struct RouteChain {
+    pub(crate) stack: Vec<Arc<dyn Middleware>>,
+    pub(crate) handler: Arc<dyn Handler>,
+}
+
+/// An owned way to reach one [`RouteChain`], which every [`Next`] of a
+/// request holds a clone of.
+///
+/// The chain itself is shared by every request of the route, on every core;
+/// a handle whose clone writes a reference count that only one connection
+/// writes (the server's) keeps a request from writing a cache line the
+/// other cores' requests write too.
+pub(crate) trait ChainHandle: Clone + Send + Sync + 'static {
+    /// The chain this handle reaches.
+    fn chain(&self) -> &RouteChain;
+}
+
+impl ChainHandle for Arc<RouteChain> {
+    fn chain(&self) -> &RouteChain {
+        self
+    }
+}
+
+/// Runs the chain's `stack[from..]` (outermost first) and then its handler.
+pub(crate) fn run_chain<H: ChainHandle>(
+    handle: H,
     from: usize,
-    handler: Arc<dyn Handler>,
     request: Request,
 ) -> BoxFuture<'static, Response> {
-    match stack.get(from).cloned() {
-        None => handler.call(request),
-        Some(middleware) => Box::pin(async move {
-            let next: Next = Box::new(move |request| run_chain(stack, from + 1, handler, request));
-            // Through the trait object itself: `middleware.handle` would
-            // pick the `Arc` impl above, one more boxed future a request.
-            (*middleware).handle(request, next).await
-        }),
+    if from >= handle.chain().stack.len() {
+        return handle.chain().handler.call(request);
     }
+    Box::pin(async move {
+        let rest = handle.clone();
+        let next: Next = Box::new(move |request| run_chain(rest, from + 1, request));
+        // Through the trait object itself: `middleware.handle` would pick
+        // the `Arc` impl above, one more boxed future a request.
+        let middleware: &dyn Middleware = &*handle.chain().stack[from];
+        middleware.handle(request, next).await
+    })
 }

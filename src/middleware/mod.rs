@@ -36,4 +36,4 @@ pub use alias::{
 };
 pub use chain::{Middleware, Next};
 
-pub(crate) use chain::run_chain;
+pub(crate) use chain::{ChainHandle, RouteChain, run_chain};

@@ -7,3 +7,5 @@ mod router;
 
 pub use handler::Handler;
 pub use router::{RouteError, RouteInfo, Router};
+
+pub(crate) use router::RouterHandle;

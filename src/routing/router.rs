@@ -8,7 +8,7 @@ use http::Method;
 use super::handler::Handler;
 use super::path::PathPattern;
 use crate::http::{HttpResponse, Request};
-use crate::middleware::{Middleware, MiddlewareAliases, run_chain};
+use crate::middleware::{ChainHandle, Middleware, MiddlewareAliases, RouteChain, run_chain};
 
 /// A route that could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,9 +48,29 @@ pub enum RouteError {
 struct Route {
     method: Method,
     path: PathPattern,
-    handler: Arc<dyn Handler>,
-    stack: Arc<[Arc<dyn Middleware>]>,
+    chain: Arc<RouteChain>,
     labels: Vec<String>,
+}
+
+/// An owned handle on a [`Router`] that a request's chain can keep: the
+/// server's per-connection handle, whose clones write no reference count
+/// that another connection's requests write.
+pub(crate) trait RouterHandle: Clone + Send + Sync + 'static {
+    /// The router this handle reaches.
+    fn router(&self) -> &Router;
+}
+
+/// One route of a router, reached through an owned handle on the router.
+#[derive(Clone)]
+struct HandledRoute<R> {
+    router: R,
+    index: usize,
+}
+
+impl<R: RouterHandle> ChainHandle for HandledRoute<R> {
+    fn chain(&self) -> &RouteChain {
+        &self.router.router().routes[self.index].chain
+    }
 }
 
 /// Routes by method and path.
@@ -117,8 +137,10 @@ impl Router {
         self.routes.push(Route {
             method,
             path: pattern,
-            handler: Arc::new(handler),
-            stack: Arc::from(Vec::new()),
+            chain: Arc::new(RouteChain {
+                stack: Vec::new(),
+                handler: Arc::new(handler),
+            }),
             labels: Vec::new(),
         });
         self
@@ -208,9 +230,9 @@ impl Router {
 
     fn push_middleware(mut self, middleware: Arc<dyn Middleware>, label: Option<&str>) -> Self {
         for route in &mut self.routes {
-            let mut stack: Vec<Arc<dyn Middleware>> = route.stack.iter().cloned().collect();
-            stack.push(middleware.clone());
-            route.stack = Arc::from(stack);
+            Arc::make_mut(&mut route.chain)
+                .stack
+                .push(middleware.clone());
             if let Some(label) = label {
                 route.labels.push(label.to_owned());
             }
@@ -267,35 +289,61 @@ impl Router {
     /// no path matches, 405 (with `Allow`) when the path matches another
     /// method, 500 when the router has registration errors.
     pub async fn dispatch(&self, mut request: Request) -> HttpResponse {
+        match self.find(&mut request) {
+            Ok(index) => answer(run_chain(self.routes[index].chain.clone(), 0, request)).await,
+            Err(response) => response,
+        }
+    }
+
+    /// [`Router::dispatch`] through an owned handle on the router, so that
+    /// the request's chain clones the handle rather than the route's parts.
+    pub(crate) async fn dispatch_handled<R: RouterHandle>(
+        router: R,
+        mut request: Request,
+    ) -> HttpResponse {
+        match router.router().find(&mut request) {
+            Ok(index) => answer(run_chain(HandledRoute { router, index }, 0, request)).await,
+            Err(response) => response,
+        }
+    }
+
+    /// The index of the route that matches `request`, with the path's
+    /// parameters set on it, or the answer when none does.
+    fn find(&self, request: &mut Request) -> Result<usize, HttpResponse> {
         if let Some(error) = self.errors.first() {
             tracing::error!(%error, "request on a router with registration errors");
-            return HttpResponse::text("500 Internal Server Error").status(500);
+            return Err(HttpResponse::text("500 Internal Server Error").status(500));
         }
-        let path = request.path().to_owned();
-        let method = request.method().clone();
         let mut allowed: Vec<&Method> = Vec::new();
-        for route in &self.routes {
-            let Some(params) = route.path.matches(&path) else {
+        for (index, route) in self.routes.iter().enumerate() {
+            let Some(params) = route.path.matches(request.path()) else {
                 continue;
             };
+            let method = request.method();
             let head_on_get = method == Method::HEAD && route.method == Method::GET;
             if route.method != method && !head_on_get {
                 allowed.push(&route.method);
                 continue;
             }
             request.set_params(params);
-            return run_chain(route.stack.clone(), 0, route.handler.clone(), request)
-                .await
-                .unwrap_or_else(|short_circuit| short_circuit);
+            return Ok(index);
         }
         if allowed.is_empty() {
-            return HttpResponse::text("404 Not Found").status(404);
+            return Err(HttpResponse::text("404 Not Found").status(404));
         }
         let allow: Vec<&str> = allowed.iter().map(|m| m.as_str()).collect();
-        HttpResponse::text("405 Method Not Allowed")
+        Err(HttpResponse::text("405 Method Not Allowed")
             .status(405)
-            .header("Allow", allow.join(", "))
+            .header("Allow", allow.join(", ")))
     }
+}
+
+/// A chain's answer, whether the handler gave it or a middleware answered
+/// before it.
+async fn answer(
+    chain: futures_util::future::BoxFuture<'static, crate::http::Response>,
+) -> HttpResponse {
+    chain.await.unwrap_or_else(|short_circuit| short_circuit)
 }
 
 impl fmt::Debug for Router {
@@ -304,5 +352,105 @@ impl fmt::Debug for Router {
             .field("routes", &self.routes())
             .field("errors", &self.errors)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use tokio::sync::Notify;
+
+    use super::*;
+    use crate::http::Response;
+    use crate::middleware::Next;
+
+    impl RouterHandle for Arc<Router> {
+        fn router(&self) -> &Router {
+            self
+        }
+    }
+
+    struct Pass;
+
+    #[async_trait::async_trait]
+    impl Middleware for Pass {
+        async fn handle(&self, request: Request, next: Next) -> Response {
+            next(request).await
+        }
+    }
+
+    /// A router whose one route (behind two middleware) signals `entered`
+    /// and answers once `release` is notified.
+    fn waiting_router(entered: Arc<Notify>, release: Arc<Notify>) -> Arc<Router> {
+        let router = Router::new()
+            .get("/", move |_req: Request| {
+                let (entered, release) = (entered.clone(), release.clone());
+                async move {
+                    entered.notify_one();
+                    release.notified().await;
+                    HttpResponse::text("done")
+                }
+            })
+            .middleware(Pass)
+            .middleware(Pass);
+        Arc::new(router)
+    }
+
+    fn get() -> Request {
+        Request::new(http::Request::get("/").body(String::new()).unwrap())
+    }
+
+    // Through a handle, a request in flight holds clones of the handle and
+    // none of the route's chain, which every request of the route shares;
+    // through `&Router` it holds clones of the chain.
+    #[tokio::test]
+    async fn a_request_through_a_handle_clones_the_handle_not_the_chain() {
+        let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+        let router = waiting_router(entered.clone(), release.clone());
+        let chain_count = || Arc::strong_count(&router.routes[0].chain);
+
+        let handled = tokio::spawn(Router::dispatch_handled(router.clone(), get()));
+        entered.notified().await;
+        assert_eq!(chain_count(), 1);
+        assert!(Arc::strong_count(&router) > 2);
+        release.notify_one();
+        assert_eq!(handled.await.unwrap().body_text(), "done");
+        assert_eq!(Arc::strong_count(&router), 1);
+
+        let lent = router.clone();
+        let in_process = tokio::spawn(async move { lent.dispatch(get()).await });
+        entered.notified().await;
+        assert!(chain_count() > 1);
+        release.notify_one();
+        assert_eq!(in_process.await.unwrap().body_text(), "done");
+        assert_eq!(chain_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_handled_router_answers_404_405_and_500_as_dispatch_does() {
+        let router = Arc::new(Router::new().post("/only-post", |_req: Request| async {
+            HttpResponse::text("x")
+        }));
+        let missing = Router::dispatch_handled(router.clone(), get()).await;
+        assert_eq!(missing.status_code(), 404);
+        let wrong_method = Request::new(
+            http::Request::get("/only-post")
+                .body(String::new())
+                .unwrap(),
+        );
+        let refused = Router::dispatch_handled(router.clone(), wrong_method).await;
+        assert_eq!(refused.status_code(), 405);
+        assert_eq!(refused.header_str("allow"), Some("POST"));
+
+        let broken = Arc::new(Router::new().get("/", |_req: Request| async { "x" }).route(
+            Method::GET,
+            "/",
+            |_req: Request| async { "twice" },
+        ));
+        assert_eq!(
+            Router::dispatch_handled(broken, get()).await.status_code(),
+            500
+        );
     }
 }

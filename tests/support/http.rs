@@ -93,6 +93,17 @@ impl TestServer {
         send_from(None, request).await
     }
 
+    /// Sends a request over HTTP/2 (prior knowledge, no upgrade) from
+    /// 127.0.0.1.
+    pub async fn send_h2(&self, request: Request<Full<Bytes>>) -> Reply {
+        let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
+            .http2_only(true)
+            .build(HttpConnector::new());
+        let response = client.request(request).await.expect("request failed");
+        assert_eq!(response.version(), http::Version::HTTP_2);
+        Reply::read(response).await
+    }
+
     /// Sends a request whose TCP source is `local` (any 127.x.y.z works on
     /// Linux loopback), so the server sees a different peer.
     pub async fn send_from(&self, local: IpAddr, request: Request<Full<Bytes>>) -> Reply {
