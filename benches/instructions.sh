@@ -5,9 +5,10 @@
 # decision of the memory driver through `Arc<dyn RateLimiterDriver>`
 # (benches/instructions.rs),
 # counted by valgrind's callgrind: the same count on a busy machine as on a
-# quiet one, for the same binary. Each subject runs for two counts; the
-# difference divided by the difference in count is one request or decision,
-# without start-up, warm-up or filling.
+# quiet one, for the same binary. Each subject runs for two counts, with
+# instructions collected only inside the bench's `measured` function (the
+# counted requests or decisions); the difference divided by the difference
+# in count is one request or decision, without start-up, warm-up or filling.
 #
 #   benches/instructions.sh
 set -euo pipefail
@@ -18,7 +19,8 @@ bin=$(cargo bench --bench instructions --no-run 2>&1 |
     grep -o 'target/release/deps/instructions-[0-9a-f]*' | tail -1)
 
 count() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$bin" "$1" "$2" 2>&1 |
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
+        --collect-atstart=no --toggle-collect='instructions::measured*' "$bin" "$1" "$2" 2>&1 |
         awk '/Collected/ { print $4 }'
 }
 
