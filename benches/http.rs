@@ -10,11 +10,20 @@
 //! The server is the quickstart's router (`GET /` answers a line of text),
 //! served by `suprnova::server` on `127.0.0.1:<free port>` from a tokio
 //! runtime of two workers. The client is hyper's HTTP/1.1 client in a
-//! runtime of its own: `HTTP_BENCH_CONNECTIONS` keep-alive connections
-//! (default 32), each sending one request after the other, for a fixed
-//! count of `HTTP_BENCH_REQUESTS` (default 20,000) after a warm-up. Each
-//! connection binds its own source address 127.0.0.N, so the server sees 32
-//! clients and the per-address limiters keep 32 buckets.
+//! runtime of its own, of `HTTP_BENCH_CLIENT_THREADS` workers (default 2;
+//! 1 is a current-thread runtime): `HTTP_BENCH_CONNECTIONS` keep-alive
+//! connections (default 32), each sending one request after the other, for
+//! a fixed count of `HTTP_BENCH_REQUESTS` (default 20,000) after a warm-up.
+//! Each connection binds its own source address 127.0.0.N, so the server
+//! sees 32 clients and the per-address limiters keep 32 buckets.
+//!
+//! The client has two threads, as the server has, so that the load
+//! generator is not what sets the rate: on one thread, it reads every
+//! response on one core while the server's two workers wait for it, and a
+//! limited response, which carries two more headers to parse, then costs
+//! the one client thread more time than it costs the server. Each round
+//! prints the share of the machine's CPU time that was idle: above a few
+//! percent, the server had time to spare and something else set the rate.
 //!
 //! The servers, each limit far above the load so that every request is
 //! admitted and does the limiter's full work:
@@ -136,6 +145,8 @@ struct Load {
     /// CPU time the hypervisor gave to other machines while this ran, in
     /// percent of all CPU time: the noise of a shared host.
     steal_percent: f64,
+    /// CPU time no thread of the machine used while this ran, in percent.
+    idle_percent: f64,
     /// HTTP requests per read Redis made of a client socket: how many
     /// requests' commands the client's writes carried together.
     requests_per_read: f64,
@@ -223,6 +234,7 @@ fn load(
             redis_cpu_us: 0.0,
             requests_per_read: 0.0,
             steal_percent: 0.0,
+            idle_percent: 0.0,
         }
     })
 }
@@ -243,7 +255,15 @@ fn main() {
         pin(&redis.pid(), redis_cpu);
     }
     let server_runtime = support::two_worker_runtime();
-    let client_runtime = support::current_thread_runtime();
+    let client_threads = support::env_number("HTTP_BENCH_CLIENT_THREADS", 2).max(1);
+    let client_runtime = match client_threads {
+        1 => support::current_thread_runtime(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(n as usize)
+            .enable_all()
+            .build()
+            .expect("a tokio runtime"),
+    };
     let redis_conn = RedisConnections {
         tcp: redis.connection(&server_runtime),
         socket: redis.connection_at(&redis.socket_url(), &server_runtime),
@@ -254,6 +274,7 @@ fn main() {
         "== http: {requests} requests over {connections} connections, {rounds} round(s), median round =="
     );
     println!("machine: {}", support::machine::describe());
+    println!("client: {client_threads} thread(s)");
     match &layout {
         Some((redis_cpu, ours)) => {
             println!("CPUs: redis-server on {redis_cpu}, server and load on {ours}")
@@ -281,8 +302,9 @@ fn main() {
             let reads_before = redis_reads(&redis);
             let ticks_before = support::machine::cpu_ticks();
             let mut measured = load(&client_runtime, addr, connections, requests);
-            measured.steal_percent =
-                support::machine::steal_percent(ticks_before, support::machine::cpu_ticks());
+            let ticks_after = support::machine::cpu_ticks();
+            measured.steal_percent = ticks_before.steal_percent_until(ticks_after);
+            measured.idle_percent = ticks_before.idle_percent_until(ticks_after);
             measured.process_cpu_us = (cpu_micros("self") - process_before) / requests as f64;
             measured.redis_cpu_us = (cpu_micros(&redis.pid()) - redis_before) / requests as f64;
             // The reads of the two INFO commands themselves are left out.
@@ -292,13 +314,14 @@ fn main() {
                 reads => requests as f64 / reads as f64,
             };
             eprintln!(
-                "round {round}: {server:<21} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us  CPU {:>5.1} + {:>4.1} us/request  steal {:>4.1}%",
+                "round {round}: {server:<21} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us  CPU {:>5.1} + {:>4.1} us/request  steal {:>4.1}%  idle {:>4.1}%",
                 measured.rate,
                 measured.p50_us,
                 measured.p99_us,
                 measured.process_cpu_us,
                 measured.redis_cpu_us,
-                measured.steal_percent
+                measured.steal_percent,
+                measured.idle_percent
             );
             loads.push(measured);
             drop(stop);
@@ -341,7 +364,7 @@ fn main() {
         .collect();
     let base = medians[0].1.load.rate;
     println!(
-        "{:<21} {:>10} {:>15} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20} {:>8}",
+        "{:<21} {:>10} {:>15} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20} {:>8} {:>8}",
         "server",
         "req/s",
         "rounds' range",
@@ -351,7 +374,8 @@ fn main() {
         "bench CPU us/request",
         "redis CPU us/r",
         "requests/redis read",
-        "steal"
+        "steal",
+        "idle"
     );
     for (
         server,
@@ -363,7 +387,7 @@ fn main() {
     ) in &medians
     {
         println!(
-            "{:<21} {:>10.0} {:>15} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2} {:>7.1}%",
+            "{:<21} {:>10.0} {:>15} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2} {:>7.1}% {:>7.1}%",
             server,
             load.rate,
             format!("{slowest:.0}-{fastest:.0}"),
@@ -373,7 +397,8 @@ fn main() {
             load.process_cpu_us,
             load.redis_cpu_us,
             load.requests_per_read,
-            load.steal_percent
+            load.steal_percent,
+            load.idle_percent
         );
     }
     println!(

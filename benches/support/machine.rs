@@ -54,10 +54,20 @@ pub fn load_average() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
-/// The hypervisor's steal counter and the total of all CPU time counters
-/// of `/proc/stat`, in clock ticks: time the virtual CPUs were ready to run
-/// and the host ran something else. Zero outside Linux.
-pub fn cpu_ticks() -> (u64, u64) {
+/// The CPU time counters of `/proc/stat` (all CPUs), in clock ticks.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CpuTicks {
+    /// Time the CPUs had nothing to run (idle and waiting for I/O).
+    idle: u64,
+    /// Time the virtual CPUs were ready to run and the host ran something
+    /// else (the hypervisor's steal counter).
+    steal: u64,
+    /// Every counter together.
+    total: u64,
+}
+
+/// The counters now; zero outside Linux.
+pub fn cpu_ticks() -> CpuTicks {
     let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
     let fields: Vec<u64> = stat
         .lines()
@@ -67,17 +77,34 @@ pub fn cpu_ticks() -> (u64, u64) {
         .skip(1)
         .filter_map(|f| f.parse().ok())
         .collect();
+    let field = |i: usize| fields.get(i).copied().unwrap_or(0);
     // user nice system idle iowait irq softirq steal ...
-    let steal = fields.get(7).copied().unwrap_or(0);
-    (steal, fields.iter().take(8).sum())
+    CpuTicks {
+        idle: field(3) + field(4),
+        steal: field(7),
+        total: fields.iter().take(8).sum(),
+    }
 }
 
-/// The share of CPU time stolen by the hypervisor between two
-/// [`cpu_ticks`] readings, in percent.
-pub fn steal_percent(before: (u64, u64), after: (u64, u64)) -> f64 {
-    let total = after.1.saturating_sub(before.1);
-    if total == 0 {
-        return 0.0;
+impl CpuTicks {
+    /// The share of all CPU time between `self` and `later` that the host
+    /// took, in percent.
+    pub fn steal_percent_until(self, later: CpuTicks) -> f64 {
+        self.percent_until(later, |t| t.steal)
     }
-    100.0 * after.0.saturating_sub(before.0) as f64 / total as f64
+
+    /// The share of all CPU time between `self` and `later` that the CPUs
+    /// were idle, in percent: above a few percent, what ran was not using
+    /// the whole machine (a load generator that waits on one thread, say).
+    pub fn idle_percent_until(self, later: CpuTicks) -> f64 {
+        self.percent_until(later, |t| t.idle)
+    }
+
+    fn percent_until(self, later: CpuTicks, counter: impl Fn(&CpuTicks) -> u64) -> f64 {
+        let total = later.total.saturating_sub(self.total);
+        if total == 0 {
+            return 0.0;
+        }
+        100.0 * counter(&later).saturating_sub(counter(&self)) as f64 / total as f64
+    }
 }
