@@ -121,7 +121,7 @@ impl Server {
                         let router = router.clone();
                         async move {
                             let request = prepare(req, Some(peer));
-                            let response = answer(Router::dispatch_handled(router, request)).await;
+                            let response = catching_panics(Router::dispatch_handled(router, request)).await;
                             Ok::<_, Infallible>(response.into_http())
                         }
                     });
@@ -200,7 +200,7 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    answer(router.dispatch(prepare(request, peer))).await
+    catching_panics(router.dispatch(prepare(request, peer))).await
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies
@@ -225,7 +225,7 @@ where
 }
 
 /// What `dispatched` answers, or 500 when a handler or middleware panicked.
-async fn answer(dispatched: impl Future<Output = HttpResponse>) -> HttpResponse {
+async fn catching_panics(dispatched: impl Future<Output = HttpResponse>) -> HttpResponse {
     match AssertUnwindSafe(dispatched).catch_unwind().await {
         Ok(response) => response,
         Err(_) => {

@@ -290,7 +290,7 @@ impl Router {
     /// method, 500 when the router has registration errors.
     pub async fn dispatch(&self, mut request: Request) -> HttpResponse {
         match self.find(&mut request) {
-            Ok(index) => answer(run_chain(self.routes[index].chain.clone(), 0, request)).await,
+            Ok(index) => response_of(run_chain(self.routes[index].chain.clone(), 0, request)).await,
             Err(response) => response,
         }
     }
@@ -302,7 +302,7 @@ impl Router {
         mut request: Request,
     ) -> HttpResponse {
         match router.router().find(&mut request) {
-            Ok(index) => answer(run_chain(HandledRoute { router, index }, 0, request)).await,
+            Ok(index) => response_of(run_chain(HandledRoute { router, index }, 0, request)).await,
             Err(response) => response,
         }
     }
@@ -340,7 +340,7 @@ impl Router {
 
 /// A chain's answer, whether the handler gave it or a middleware answered
 /// before it.
-async fn answer(
+async fn response_of(
     chain: futures_util::future::BoxFuture<'static, crate::http::Response>,
 ) -> HttpResponse {
     chain.await.unwrap_or_else(|short_circuit| short_circuit)
