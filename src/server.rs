@@ -118,12 +118,13 @@ impl Server {
                     // connection's handle.
                     let router = Arc::new(ConnectionRouter(router.clone()));
                     let service = service_fn(move |req: http::Request<Incoming>| {
-                        let router = router.clone();
-                        async move {
-                            let request = prepare(req, Some(peer));
-                            let response = catching_panics(Router::dispatch_handled(router, request)).await;
-                            Ok::<_, Infallible>(response.into_http())
-                        }
+                        // Prepared and matched when hyper hands the request
+                        // over (inside the connection's scope), so that the
+                        // future holds the chain's future and nothing beside.
+                        let request = prepare(req, Some(peer));
+                        let answer =
+                            catching_panics(Router::dispatch_handled(router.clone(), request));
+                        async move { Ok::<_, Infallible>(answer.await.into_http()) }
                     });
                     let connection = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
@@ -191,16 +192,16 @@ where
     dispatch(router, request, Some(peer)).await
 }
 
-async fn dispatch<B>(
+fn dispatch<B>(
     router: &Router,
     request: http::Request<B>,
     peer: Option<SocketAddr>,
-) -> HttpResponse
+) -> impl Future<Output = HttpResponse> + '_
 where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    catching_panics(router.dispatch(prepare(request, peer))).await
+    catching_panics(router.dispatch(prepare(request, peer)))
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies
@@ -225,14 +226,19 @@ where
 }
 
 /// What `dispatched` answers, or 500 when a handler or middleware panicked.
-async fn catching_panics(dispatched: impl Future<Output = HttpResponse>) -> HttpResponse {
-    match AssertUnwindSafe(dispatched).catch_unwind().await {
-        Ok(response) => response,
-        Err(_) => {
+///
+/// A function returning a future, not an `async fn`: an `async fn` would
+/// keep room for its argument beside the future it awaits, doubling what
+/// every request's future holds.
+fn catching_panics(
+    dispatched: impl Future<Output = HttpResponse>,
+) -> impl Future<Output = HttpResponse> {
+    AssertUnwindSafe(dispatched).catch_unwind().map(|answered| {
+        answered.unwrap_or_else(|_| {
             tracing::error!("a handler or middleware panicked; answering 500");
             HttpResponse::text("500 Internal Server Error").status(500)
-        }
-    }
+        })
+    })
 }
 
 /// A connection's own handle on the served router: every request of the

@@ -1,6 +1,7 @@
 //! `Router`: routes by method and path, each with its middleware chain.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 
 use http::Method;
@@ -288,23 +289,26 @@ impl Router {
     /// Runs the route that matches `request` and returns its answer: 404 when
     /// no path matches, 405 (with `Allow`) when the path matches another
     /// method, 500 when the router has registration errors.
-    pub async fn dispatch(&self, mut request: Request) -> HttpResponse {
-        match self.find(&mut request) {
-            Ok(index) => response_of(run_chain(self.routes[index].chain.clone(), 0, request)).await,
-            Err(response) => response,
-        }
+    pub fn dispatch(&self, mut request: Request) -> impl Future<Output = HttpResponse> + '_ {
+        // Matched before the future is made, so that the future holds the
+        // chain's future or the answer, never the request beside them.
+        let found = self
+            .find(&mut request)
+            .map(|index| run_chain(self.routes[index].chain.clone(), 0, request));
+        response_of(found)
     }
 
     /// [`Router::dispatch`] through an owned handle on the router, so that
     /// the request's chain clones the handle rather than the route's parts.
-    pub(crate) async fn dispatch_handled<R: RouterHandle>(
+    pub(crate) fn dispatch_handled<R: RouterHandle>(
         router: R,
         mut request: Request,
-    ) -> HttpResponse {
-        match router.router().find(&mut request) {
-            Ok(index) => response_of(run_chain(HandledRoute { router, index }, 0, request)).await,
-            Err(response) => response,
-        }
+    ) -> impl Future<Output = HttpResponse> {
+        let found = router
+            .router()
+            .find(&mut request)
+            .map(|index| run_chain(HandledRoute { router, index }, 0, request));
+        response_of(found)
     }
 
     /// The index of the route that matches `request`, with the path's
@@ -338,12 +342,15 @@ impl Router {
     }
 }
 
-/// A chain's answer, whether the handler gave it or a middleware answered
-/// before it.
+/// The answer of a matched route's chain, whether the handler gave it or a
+/// middleware answered before it, or the answer given when no route matched.
 async fn response_of(
-    chain: futures_util::future::BoxFuture<'static, crate::http::Response>,
+    found: Result<futures_util::future::BoxFuture<'static, crate::http::Response>, HttpResponse>,
 ) -> HttpResponse {
-    chain.await.unwrap_or_else(|short_circuit| short_circuit)
+    match found {
+        Ok(chain) => chain.await.unwrap_or_else(|short_circuit| short_circuit),
+        Err(answer) => answer,
+    }
 }
 
 impl fmt::Debug for Router {
