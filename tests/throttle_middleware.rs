@@ -787,3 +787,79 @@ async fn a_store_that_cannot_count_gets_the_backend_policy() {
         })
         .await;
 }
+
+/// One throttle serving two containers counts each request in the limiter
+/// of the container it runs in, whichever container it saw first.
+#[tokio::test]
+async fn one_throttle_counts_in_each_containers_own_limiter() {
+    let clock = clock_at(12, 0, 0);
+    let (first, second) = (app_on(&clock), app_on(&clock));
+    let router = ok_routes(&["/login"]).middleware(ThrottleRequestsMiddleware::with(2, 1, ""));
+    let key = "ip:203.0.113.5:path:/login";
+
+    first
+        .scope(async {
+            assert_eq!(admitted(&router, "/login", GUEST, 3).await, 2);
+            assert_eq!(attempts(key).await, 2);
+        })
+        .await;
+    second
+        .scope(async {
+            let r = get(&router, "/login", GUEST).await;
+            assert_eq!((r.status_code(), remaining(&r)), (200, Some("1")));
+            assert_eq!(attempts(key).await, 1);
+        })
+        .await;
+    first
+        .scope(async {
+            assert_eq!(get(&router, "/login", GUEST).await.status_code(), 429);
+            assert_eq!(attempts(key).await, 2);
+        })
+        .await;
+    second
+        .scope(async {
+            assert_eq!(admitted(&router, "/login", GUEST, 2).await, 1);
+            assert_eq!(attempts(key).await, 2);
+        })
+        .await;
+}
+
+/// After its first request, a throttle borrows the limiter it kept for the
+/// length of a request instead of holding a clone of it: with two requests
+/// in flight, their handlers see the container's reference, the
+/// throttle's kept one and their own two, and no clone of the throttle's.
+#[tokio::test]
+async fn a_throttle_borrows_the_limiter_it_kept() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let (inside, leave) = (
+                std::sync::Arc::new(tokio::sync::Barrier::new(2)),
+                std::sync::Arc::new(tokio::sync::Barrier::new(2)),
+            );
+            let router = Router::new()
+                .get("/", move |req: Request| {
+                    let (inside, leave) = (inside.clone(), leave.clone());
+                    async move {
+                        let limiter = RateLimiter::instance();
+                        if req.query_param("together").is_some() {
+                            inside.wait().await;
+                        }
+                        let seen = std::sync::Arc::strong_count(&limiter);
+                        if req.query_param("together").is_some() {
+                            leave.wait().await;
+                        }
+                        HttpResponse::text(seen.to_string())
+                    }
+                })
+                .middleware(ThrottleRequestsMiddleware::with(100, 1, ""));
+            // The first request keeps a clone and counts with another.
+            assert_eq!(get(&router, "/", GUEST).await.body_text(), "4");
+            let (a, b) = tokio::join!(
+                get(&router, "/?together=1", GUEST),
+                get(&router, "/?together=1", OTHER)
+            );
+            assert_eq!((a.body_text(), b.body_text()), ("4".into(), "4".into()));
+        })
+        .await;
+}

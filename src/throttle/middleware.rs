@@ -1,12 +1,15 @@
 //! `ThrottleRequestsMiddleware`: Laravel's `ThrottleRequests` over the
 //! cache-backed [`RateLimiter`].
 
+use std::borrow::Cow;
+use std::sync::{Arc, OnceLock};
+
 use super::counting::{Admission, admit, count_after};
 use super::headers::{report, tightest};
 use super::source::{LimitSource, Resolved};
 use crate::decision::RETRY_AFTER_HEADER;
 use crate::http::{HttpResponse, Request, Response};
-use crate::limiter::{Limit, RateLimiter, apply_fallback_keys};
+use crate::limiter::{CacheRateLimiter, Limit, RateLimiter, apply_fallback_keys};
 use crate::middleware::{Middleware, Next};
 use crate::rate_limit::BackendErrorPolicy;
 
@@ -122,6 +125,11 @@ pub struct ThrottleRequestsMiddleware {
     source: LimitSource,
     prefix: String,
     policy: BackendErrorPolicy,
+    /// The first limiter this throttle counted with, kept so that the
+    /// requests of the container it came from borrow it for the length of
+    /// the request, where a clone would write a reference count that every
+    /// request on every core writes.
+    kept_limiter: OnceLock<Arc<CacheRateLimiter>>,
 }
 
 impl Default for ThrottleRequestsMiddleware {
@@ -145,6 +153,7 @@ impl ThrottleRequestsMiddleware {
             source,
             prefix: String::new(),
             policy: BackendErrorPolicy::default(),
+            kept_limiter: OnceLock::new(),
         }
     }
 
@@ -209,6 +218,25 @@ impl ThrottleRequestsMiddleware {
         self.policy
     }
 
+    /// The limiter of the current container: the kept one, borrowed, when
+    /// it is the one installed there; else the installed one, cloned (and
+    /// kept, when none is yet).
+    fn limiter(&self) -> Cow<'_, Arc<CacheRateLimiter>> {
+        let kept = self.kept_limiter.get();
+        let other = RateLimiter::with_instance(|installed| match kept {
+            Some(kept) if Arc::ptr_eq(kept, installed) => None,
+            _ => Some(installed.clone()),
+        });
+        match (other, kept) {
+            (None, Some(kept)) => Cow::Borrowed(kept),
+            (Some(installed), _) => {
+                let _ = self.kept_limiter.set(installed.clone());
+                Cow::Owned(installed)
+            }
+            (None, None) => unreachable!("with no kept limiter, the installed one is cloned"),
+        }
+    }
+
     async fn backend_failed(
         &self,
         error: crate::cache::CacheError,
@@ -241,7 +269,7 @@ impl Middleware for ThrottleRequestsMiddleware {
         };
         // Resolved per request, so that the limiter installed in the
         // container the server runs in is the one that counts.
-        let limiter = RateLimiter::instance();
+        let limiter = self.limiter();
         let mut counts = match admit(&limiter, &limits, &request).await {
             Ok(Admission::Admitted(counts)) => counts,
             Ok(Admission::Refused(refusal)) => return Err(refusal),
