@@ -56,21 +56,8 @@ impl RateLimiter {
     /// The limiter of [`App::current`], built and installed on first use as
     /// described above.
     pub fn instance() -> Arc<CacheRateLimiter> {
-        App::with_current(installed_in)
-    }
-
-    /// Runs `f` on [`RateLimiter::instance`], lent rather than cloned once
-    /// it is installed: no reference count is written.
-    pub(crate) fn with_instance<R>(f: impl FnOnce(&Arc<CacheRateLimiter>) -> R) -> R {
         App::with_current(|app| {
-            let mut f = Some(f);
-            let lent = app.get_with(|found: Option<&Arc<CacheRateLimiter>>| {
-                found.map(|limiter| f.take().expect("runs once")(limiter))
-            });
-            match lent {
-                Some(result) => result,
-                None => f.take().expect("runs once")(&installed_in(app)),
-            }
+            app.get_or_install(|| Arc::new(CacheRateLimiter::new(store_of(app), clock::system())))
         })
     }
 
@@ -224,9 +211,4 @@ impl RateLimiter {
     pub fn clean_rate_limiter_key(key: &str) -> String {
         clean_rate_limiter_key(key)
     }
-}
-
-/// The limiter installed in `app`, built and installed on first use.
-fn installed_in(app: &App) -> Arc<CacheRateLimiter> {
-    app.get_or_install(|| Arc::new(CacheRateLimiter::new(store_of(app), clock::system())))
 }

@@ -7,6 +7,7 @@ use std::sync::{Arc, OnceLock};
 use super::counting::{Admission, admit, count_after};
 use super::headers::{report, tightest};
 use super::source::{LimitSource, Resolved};
+use crate::container::App;
 use crate::decision::RETRY_AFTER_HEADER;
 use crate::http::{HttpResponse, Request, Response};
 use crate::limiter::{CacheRateLimiter, Limit, RateLimiter, apply_fallback_keys};
@@ -222,19 +223,16 @@ impl ThrottleRequestsMiddleware {
     /// it is the one installed there; else the installed one, cloned (and
     /// kept, when none is yet).
     fn limiter(&self) -> Cow<'_, Arc<CacheRateLimiter>> {
-        let kept = self.kept_limiter.get();
-        let other = RateLimiter::with_instance(|installed| match kept {
-            Some(kept) if Arc::ptr_eq(kept, installed) => None,
-            _ => Some(installed.clone()),
-        });
-        match (other, kept) {
-            (None, Some(kept)) => Cow::Borrowed(kept),
-            (Some(installed), _) => {
-                let _ = self.kept_limiter.set(installed.clone());
-                Cow::Owned(installed)
-            }
-            (None, None) => unreachable!("with no kept limiter, the installed one is cloned"),
+        if let Some(kept) = self.kept_limiter.get()
+            && App::resolve_with::<CacheRateLimiter, _>(|installed| {
+                installed.is_some_and(|installed| Arc::ptr_eq(installed, kept))
+            })
+        {
+            return Cow::Borrowed(kept);
         }
+        let installed = RateLimiter::instance();
+        let _ = self.kept_limiter.set(installed.clone());
+        Cow::Owned(installed)
     }
 
     async fn backend_failed(
