@@ -33,7 +33,7 @@ use tokio::net::{TcpListener, ToSocketAddrs};
 
 use crate::container::App;
 use crate::http::{BoxError, HttpResponse, Request, TrustedProxies};
-use crate::routing::{RouteError, Router, RouterHandle};
+use crate::routing::{ConnectionRouter, RouteError, Router};
 
 /// How long a graceful shutdown waits for open connections to finish.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -239,18 +239,6 @@ fn catching_panics(
             HttpResponse::text("500 Internal Server Error").status(500)
         })
     })
-}
-
-/// A connection's own handle on the served router: every request of the
-/// connection clones this handle, whose reference count no other
-/// connection writes, instead of the router's, which every connection's
-/// requests would write from every core.
-struct ConnectionRouter(Arc<Router>);
-
-impl RouterHandle for Arc<ConnectionRouter> {
-    fn router(&self) -> &Router {
-        &self.0
-    }
 }
 
 /// Spawns what hyper runs on its own (HTTP/2 streams) on tokio, inside the

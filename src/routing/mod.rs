@@ -8,4 +8,4 @@ mod router;
 pub use handler::Handler;
 pub use router::{RouteError, RouteInfo, Router};
 
-pub(crate) use router::RouterHandle;
+pub(crate) use router::ConnectionRouter;

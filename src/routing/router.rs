@@ -53,24 +53,23 @@ struct Route {
     labels: Vec<String>,
 }
 
-/// An owned handle on a [`Router`] that a request's chain can keep: the
-/// server's per-connection handle, whose clones write no reference count
-/// that another connection's requests write.
-pub(crate) trait RouterHandle: Clone + Send + Sync + 'static {
-    /// The router this handle reaches.
-    fn router(&self) -> &Router;
-}
+/// A connection's own handle on the router it is served: every request of
+/// the connection, and every [`Next`](crate::Next) of its chain, clones this
+/// handle, whose reference count no other connection writes, instead of the
+/// router's or the route's, which every connection's requests would write
+/// from every core.
+pub(crate) struct ConnectionRouter(pub(crate) Arc<Router>);
 
-/// One route of a router, reached through an owned handle on the router.
+/// One route of a router, reached through a connection's handle.
 #[derive(Clone)]
-struct HandledRoute<R> {
-    router: R,
+struct HandledRoute {
+    router: Arc<ConnectionRouter>,
     index: usize,
 }
 
-impl<R: RouterHandle> ChainHandle for HandledRoute<R> {
+impl ChainHandle for HandledRoute {
     fn chain(&self) -> &RouteChain {
-        &self.router.router().routes[self.index].chain
+        &self.router.0.routes[self.index].chain
     }
 }
 
@@ -301,14 +300,15 @@ impl Router {
         response_of(found)
     }
 
-    /// [`Router::dispatch`] through an owned handle on the router, so that
-    /// the request's chain clones the handle rather than the route's parts.
-    pub(crate) fn dispatch_handled<R: RouterHandle>(
-        router: R,
+    /// [`Router::dispatch`] through a connection's handle on the router, so
+    /// that the request's chain clones the handle rather than the route's
+    /// parts.
+    pub(crate) fn dispatch_handled(
+        router: Arc<ConnectionRouter>,
         mut request: Request,
     ) -> impl Future<Output = HttpResponse> {
         let found = router
-            .router()
+            .0
             .find(&mut request)
             .map(|index| run_chain(HandledRoute { router, index }, 0, request));
         response_of(found)
@@ -375,12 +375,6 @@ mod tests {
     use crate::http::Response;
     use crate::middleware::Next;
 
-    impl RouterHandle for Arc<Router> {
-        fn router(&self) -> &Router {
-            self
-        }
-    }
-
     struct Pass;
 
     #[async_trait::async_trait]
@@ -392,7 +386,7 @@ mod tests {
 
     /// A router whose one route (behind two middleware) signals `entered`
     /// and answers once `release` is notified.
-    fn waiting_router(entered: Arc<Notify>, release: Arc<Notify>) -> Arc<Router> {
+    fn waiting_router(entered: Arc<Notify>, release: Arc<Notify>) -> Arc<ConnectionRouter> {
         let router = Router::new()
             .get("/", move |_req: Request| {
                 let (entered, release) = (entered.clone(), release.clone());
@@ -404,7 +398,11 @@ mod tests {
             })
             .middleware(Pass)
             .middleware(Pass);
-        Arc::new(router)
+        handled(router)
+    }
+
+    fn handled(router: Router) -> Arc<ConnectionRouter> {
+        Arc::new(ConnectionRouter(Arc::new(router)))
     }
 
     fn get() -> Request {
@@ -418,7 +416,7 @@ mod tests {
     async fn a_request_through_a_handle_clones_the_handle_not_the_chain() {
         let (entered, release) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
         let router = waiting_router(entered.clone(), release.clone());
-        let chain_count = || Arc::strong_count(&router.routes[0].chain);
+        let chain_count = || Arc::strong_count(&router.0.routes[0].chain);
 
         let handled = tokio::spawn(Router::dispatch_handled(router.clone(), get()));
         entered.notified().await;
@@ -429,7 +427,7 @@ mod tests {
         assert_eq!(Arc::strong_count(&router), 1);
 
         let lent = router.clone();
-        let in_process = tokio::spawn(async move { lent.dispatch(get()).await });
+        let in_process = tokio::spawn(async move { lent.0.dispatch(get()).await });
         entered.notified().await;
         assert!(chain_count() > 1);
         release.notify_one();
@@ -439,7 +437,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_handled_router_answers_404_405_and_500_as_dispatch_does() {
-        let router = Arc::new(Router::new().post("/only-post", |_req: Request| async {
+        let router = handled(Router::new().post("/only-post", |_req: Request| async {
             HttpResponse::text("x")
         }));
         let missing = Router::dispatch_handled(router.clone(), get()).await;
@@ -453,7 +451,7 @@ mod tests {
         assert_eq!(refused.status_code(), 405);
         assert_eq!(refused.header_str("allow"), Some("POST"));
 
-        let broken = Arc::new(Router::new().get("/", |_req: Request| async { "x" }).route(
+        let broken = handled(Router::new().get("/", |_req: Request| async { "x" }).route(
             Method::GET,
             "/",
             |_req: Request| async { "twice" },
