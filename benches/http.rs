@@ -258,11 +258,7 @@ fn main() {
     let client_threads = support::env_number("HTTP_BENCH_CLIENT_THREADS", 2).max(1);
     let client_runtime = match client_threads {
         1 => support::current_thread_runtime(),
-        n => tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(n as usize)
-            .enable_all()
-            .build()
-            .expect("a tokio runtime"),
+        n => support::multi_thread_runtime(n as usize),
     };
     let redis_conn = RedisConnections {
         tcp: redis.connection(&server_runtime),

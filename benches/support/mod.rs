@@ -11,8 +11,13 @@ pub mod servers;
 
 /// A tokio runtime of two workers, as a server on a two-core machine runs.
 pub fn two_worker_runtime() -> tokio::runtime::Runtime {
+    multi_thread_runtime(2)
+}
+
+/// A tokio runtime of `workers` workers with its timers and I/O.
+pub fn multi_thread_runtime(workers: usize) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(workers)
         .enable_all()
         .build()
         .expect("a tokio runtime")
