@@ -24,6 +24,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::FutureExt;
+use futures_util::future::Either;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
@@ -122,8 +123,9 @@ impl Server {
                         // over (inside the connection's scope), so that the
                         // future holds the chain's future and nothing beside.
                         let request = prepare(req, Some(peer));
+                        let router = router.clone();
                         let answer =
-                            catching_panics(Router::dispatch_handled(router.clone(), request));
+                            catching_panics(|| Router::dispatch_handled(router, request));
                         async move { Ok::<_, Infallible>(answer.await.into_http()) }
                     });
                     let connection = builder
@@ -201,7 +203,8 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    catching_panics(router.dispatch(prepare(request, peer)))
+    let request = prepare(request, peer);
+    catching_panics(|| router.dispatch(request))
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies
@@ -225,20 +228,30 @@ where
     request
 }
 
-/// What `dispatched` answers, or 500 when a handler or middleware panicked.
+/// What the future `dispatch` makes answers, or 500 when a handler or
+/// middleware panicked, whether while the future is made (a route with no
+/// middleware calls its handler then) or while it runs.
 ///
-/// A function returning a future, not an `async fn`: an `async fn` would
+/// Returns a future rather than being an `async fn`: an `async fn` would
 /// keep room for its argument beside the future it awaits, doubling what
 /// every request's future holds.
-fn catching_panics(
-    dispatched: impl Future<Output = HttpResponse>,
+fn catching_panics<F: Future<Output = HttpResponse>>(
+    dispatch: impl FnOnce() -> F,
 ) -> impl Future<Output = HttpResponse> {
-    AssertUnwindSafe(dispatched).catch_unwind().map(|answered| {
-        answered.unwrap_or_else(|_| {
-            tracing::error!("a handler or middleware panicked; answering 500");
-            HttpResponse::text("500 Internal Server Error").status(500)
-        })
-    })
+    match std::panic::catch_unwind(AssertUnwindSafe(dispatch)) {
+        Ok(dispatched) => Either::Left(
+            AssertUnwindSafe(dispatched)
+                .catch_unwind()
+                .map(|answered| answered.unwrap_or_else(|_| panicked())),
+        ),
+        Err(_) => Either::Right(std::future::ready(panicked())),
+    }
+}
+
+/// The answer to a request whose handler or middleware panicked.
+fn panicked() -> HttpResponse {
+    tracing::error!("a handler or middleware panicked; answering 500");
+    HttpResponse::text("500 Internal Server Error").status(500)
 }
 
 /// Spawns what hyper runs on its own (HTTP/2 streams) on tokio, inside the

@@ -74,6 +74,12 @@ fn counting_router(calls: Arc<AtomicUsize>) -> Router {
             }
             HttpResponse::new()
         })
+        .get(
+            "/panic-before-its-future",
+            |_req: Request| -> std::future::Ready<HttpResponse> {
+                panic!("handler bug before its future")
+            },
+        )
 }
 
 fn get(path: &str) -> http::Request<Full<Bytes>> {
@@ -145,6 +151,9 @@ async fn in_process_routing_answers() {
 
     let panicked = handle_request_with_peer(&router, get("/panic"), peer).await;
     assert_eq!(panicked.status_code(), 500);
+    // A handler that panics before it returns its future is answered the same.
+    let early = handle_request_with_peer(&router, get("/panic-before-its-future"), peer).await;
+    assert_eq!(early.status_code(), 500);
 }
 
 #[tokio::test]
@@ -198,6 +207,8 @@ async fn real_server_runs_the_chain() {
     assert_eq!(server.get("/users/7").await.body, r#"{"id":"7"}"#);
     assert_eq!(server.get("/ip").await.body, "127.0.0.1");
     assert_eq!(server.get("/missing").await.status, 404);
+    assert_eq!(server.get("/panic").await.status, 500);
+    assert_eq!(server.get("/panic-before-its-future").await.status, 500);
 
     let from_other = server
         .send_from("127.0.0.2".parse().unwrap(), get(&server.url("/ip")))
