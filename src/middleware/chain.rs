@@ -57,8 +57,9 @@ pub(crate) fn run_chain<H: ChainHandle>(
     from: usize,
     request: Request,
 ) -> BoxFuture<'static, Response> {
-    if from >= handle.chain().stack.len() {
-        return handle.chain().handler.call(request);
+    let chain = handle.chain();
+    if from >= chain.stack.len() {
+        return chain.handler.call(request);
     }
     Box::pin(async move {
         let rest = handle.clone();

@@ -289,8 +289,9 @@ impl Router {
     /// no path matches, 405 (with `Allow`) when the path matches another
     /// method, 500 when the router has registration errors.
     ///
-    /// The route is matched when `dispatch` is called; the future it returns
-    /// runs the route's middleware and handler.
+    /// The route is matched when `dispatch` is called, and a route without
+    /// middleware is handed the request then (its handler makes its
+    /// future); the future `dispatch` returns runs the rest.
     pub fn dispatch(&self, mut request: Request) -> impl Future<Output = HttpResponse> + '_ {
         // Matched before the future is made, so that the future holds the
         // chain's future or the answer, never the request beside them.
