@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::store::{CacheError, IncrementOutcome, Store, parse_integer};
+use super::store::{CacheError, IncrementOutcome, Store, WindowIncrement, parse_integer};
 use crate::clock::{self, SharedClock};
 use crate::sharded::{Locked, ShardedMap};
 use crate::sweep::SweepSchedule;
@@ -187,6 +187,27 @@ impl MemoryStore {
         true
     }
 
+    /// [`Store::increment_in_window`]: one clock read for both entries, and
+    /// the timer kept as the number it is.
+    fn count_in_window(&self, count: WindowIncrement<'_>) -> Result<IncrementOutcome, CacheError> {
+        let now = self.now_swept();
+        Self::add_locked(
+            &mut self.live(count.timer_key, now),
+            || Value::Integer(count.ends_at),
+            now,
+            count.ttl(),
+        );
+        let mut counter = self.live(count.key, now);
+        Self::count_below(
+            &mut counter,
+            count.key,
+            now,
+            count.decay_seconds,
+            count.amount,
+            count.ceiling,
+        )
+    }
+
     /// [`Store::increment_if_below`] on the locked live entry of `key`.
     fn count_below(
         shard: &mut Locked<'_, '_, Entry>,
@@ -303,27 +324,18 @@ impl Store for MemoryStore {
         })
     }
 
-    /// One clock read for both entries, and the timer kept as the number
-    /// it is.
     async fn increment_in_window(
         &self,
-        key: &str,
-        timer_key: &str,
-        ends_at: i64,
-        decay_seconds: i64,
-        amount: i64,
-        ceiling: i64,
+        count: WindowIncrement<'_>,
     ) -> Result<IncrementOutcome, CacheError> {
-        let now = self.now_swept();
-        let ttl = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
-        Self::add_locked(
-            &mut self.live(timer_key, now),
-            || Value::Integer(ends_at),
-            now,
-            ttl,
-        );
-        let mut counter = self.live(key, now);
-        Self::count_below(&mut counter, key, now, decay_seconds, amount, ceiling)
+        self.count_in_window(count)
+    }
+
+    fn increment_in_window_without_waiting(
+        &self,
+        count: WindowIncrement<'_>,
+    ) -> Option<Result<IncrementOutcome, CacheError>> {
+        Some(self.count_in_window(count))
     }
 
     async fn forget(&self, key: &str) -> Result<bool, CacheError> {
@@ -350,8 +362,11 @@ fn millis(at: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::clock::FakeClock;
+    use crate::limiter::CacheRateLimiter;
 
     #[tokio::test]
     async fn values_come_back_as_they_were_put_and_integers_count() {
@@ -464,6 +479,45 @@ mod tests {
         }
     }
 
+    // The rate limiter asks the memory store without a future, and a store
+    // that must wait (here the two calls) through one; both count alike.
+    #[tokio::test]
+    async fn the_rate_limiter_counts_alike_at_once_and_through_a_future() {
+        let clock = FakeClock::at_unix(1_000);
+        let at_once = Arc::new(MemoryStore::with_clock(clock.shared()));
+        let waiting = Arc::new(TwoSteps(MemoryStore::with_clock(clock.shared())));
+        let probe = |store: &dyn Store| {
+            store
+                .increment_in_window_without_waiting(WindowIncrement {
+                    key: "probe",
+                    timer_key: "probe:timer",
+                    ends_at: 1_060,
+                    decay_seconds: 60,
+                    amount: 1,
+                    ceiling: 2,
+                })
+                .is_some()
+        };
+        assert!(probe(at_once.as_ref()));
+        assert!(!probe(waiting.as_ref()));
+        let stores: [Arc<dyn Store>; 2] = [at_once, waiting];
+        for store in stores {
+            let limiter = CacheRateLimiter::new(store.clone(), clock.shared());
+            let mut outcomes = Vec::new();
+            for _ in 0..3 {
+                let outcome = limiter.increment_if_below("k", 60, 1, 2).await.unwrap();
+                outcomes.push((outcome.counted, outcome.count));
+            }
+            assert_eq!(
+                outcomes,
+                [(true, 1), (true, 2), (false, 2)],
+                "{}",
+                store.name()
+            );
+            assert_eq!(store.get("k:timer").await.unwrap().as_deref(), Some("1060"));
+        }
+    }
+
     // The fused step leaves exactly what the two calls leave: the timer
     // written once per window with its end, the counter below the ceiling,
     // both expiring with the window.
@@ -473,12 +527,20 @@ mod tests {
         let fused = MemoryStore::with_clock(clock.shared());
         let split = TwoSteps(MemoryStore::with_clock(clock.shared()));
         let stores: [&dyn Store; 2] = [&fused, &split];
+        let k = WindowIncrement {
+            key: "k",
+            timer_key: "k:timer",
+            ends_at: 0,
+            decay_seconds: 10,
+            amount: 1,
+            ceiling: 3,
+        };
         for step in 0..8_i64 {
             let ends_at = 1_000 + step / 4 * 10 + 10;
             let mut seen = Vec::new();
             for store in stores {
                 let outcome = store
-                    .increment_in_window("k", "k:timer", ends_at, 10, 1, 3)
+                    .increment_in_window(WindowIncrement { ends_at, ..k })
                     .await
                     .unwrap();
                 seen.push((
@@ -495,13 +557,21 @@ mod tests {
         // A ceiling of 1: the first call counts, the second is refused and
         // leaves the count; the timer keeps the end of the window the first
         // call opened.
-        let outcome = fused
-            .increment_in_window("n", "n:timer", 1_050, 60, 1, 1)
-            .await
-            .unwrap();
+        let n = WindowIncrement {
+            key: "n",
+            timer_key: "n:timer",
+            ends_at: 1_050,
+            decay_seconds: 60,
+            amount: 1,
+            ceiling: 1,
+        };
+        let outcome = fused.increment_in_window(n).await.unwrap();
         assert_eq!((outcome.counted, outcome.count), (true, 1));
         let again = fused
-            .increment_in_window("n", "n:timer", 1_051, 60, 1, 1)
+            .increment_in_window(WindowIncrement {
+                ends_at: 1_051,
+                ..n
+            })
             .await
             .unwrap();
         assert_eq!((again.counted, again.count), (false, 1));

@@ -21,4 +21,4 @@ pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 pub(crate) use store::parse_integer;
-pub use store::{CacheError, IncrementOutcome, Store};
+pub use store::{CacheError, IncrementOutcome, Store, WindowIncrement};

@@ -7,7 +7,9 @@ use std::time::Duration;
 use ::redis::{Script, ScriptInvocation, cmd};
 use async_trait::async_trait;
 
-use super::store::{CacheError, IncrementOutcome, Store, add_then_increment_if_below};
+use super::store::{
+    CacheError, IncrementOutcome, Store, WindowIncrement, add_then_increment_if_below,
+};
 use crate::redis_client::RedisConnection;
 
 /// The conditional increment, and with a timer key the window's timer too.
@@ -203,32 +205,18 @@ impl Store for RedisStore {
     /// different slots, the two calls at once.
     async fn increment_in_window(
         &self,
-        key: &str,
-        timer_key: &str,
-        ends_at: i64,
-        decay_seconds: i64,
-        amount: i64,
-        ceiling: i64,
+        count: WindowIncrement<'_>,
     ) -> Result<IncrementOutcome, CacheError> {
         if self.conn.config().is_cluster() {
-            return add_then_increment_if_below(
-                self,
-                key,
-                timer_key,
-                ends_at,
-                decay_seconds,
-                amount,
-                ceiling,
-            )
-            .await;
+            return add_then_increment_if_below(self, count).await;
         }
-        let mut invocation = INCREMENT_IF_BELOW.key(self.full_key(key));
+        let mut invocation = INCREMENT_IF_BELOW.key(self.full_key(count.key));
         invocation
-            .key(self.full_key(timer_key))
-            .arg(decay_seconds.max(1))
-            .arg(amount)
-            .arg(ceiling)
-            .arg(ends_at);
+            .key(self.full_key(count.timer_key))
+            .arg(count.decay_seconds.max(1))
+            .arg(count.amount)
+            .arg(count.ceiling)
+            .arg(count.ends_at);
         self.count_below(&invocation).await
     }
 

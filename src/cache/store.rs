@@ -94,9 +94,9 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
 
     /// Opens a rate-limit window and counts in it: [`add`](Store::add) of
     /// `ends_at` under `timer_key` for `decay_seconds` (at least 1), then
-    /// [`increment_if_below`](Store::increment_if_below) of `key`. The timer
-    /// is written before the counter, so no counter exists without its
-    /// timer.
+    /// [`increment_if_below`](Store::increment_if_below) of `key` (the
+    /// fields of [`WindowIncrement`]). The timer is written before the
+    /// counter, so no counter exists without its timer.
     ///
     /// The provided method starts both calls at once, the timer's first: on
     /// one multiplexed connection they travel in one round trip and a
@@ -106,23 +106,40 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// and `RedisStore` does on one node (one script).
     async fn increment_in_window(
         &self,
-        key: &str,
-        timer_key: &str,
-        ends_at: i64,
-        decay_seconds: i64,
-        amount: i64,
-        ceiling: i64,
+        count: WindowIncrement<'_>,
     ) -> Result<IncrementOutcome, CacheError> {
-        add_then_increment_if_below(
-            self,
-            key,
-            timer_key,
-            ends_at,
-            decay_seconds,
-            amount,
-            ceiling,
-        )
-        .await
+        add_then_increment_if_below(self, count).await
+    }
+
+    /// [`increment_in_window`](Store::increment_in_window) for a store that
+    /// answers without waiting (the memory store), called without a future:
+    /// `None` from a store that has to wait for its answer (Redis, and the
+    /// provided method), which the caller then asks with
+    /// `increment_in_window`. The rate limiter tries this first, which
+    /// spares a throttled request on the memory store the boxed future of
+    /// an `async` trait method.
+    ///
+    /// ```
+    /// use suprnova::cache::{MemoryStore, Store, WindowIncrement};
+    ///
+    /// let store = MemoryStore::new();
+    /// let count = WindowIncrement {
+    ///     key: "k",
+    ///     timer_key: "k:timer",
+    ///     ends_at: 1_900_000_000,
+    ///     decay_seconds: 60,
+    ///     amount: 1,
+    ///     ceiling: 2,
+    /// };
+    /// let counted = store.increment_in_window_without_waiting(count);
+    /// assert!(matches!(counted, Some(Ok(outcome)) if outcome.counted && outcome.count == 1));
+    /// ```
+    fn increment_in_window_without_waiting(
+        &self,
+        count: WindowIncrement<'_>,
+    ) -> Option<Result<IncrementOutcome, CacheError>> {
+        let _ = count;
+        None
     }
 
     /// Removes `key`; `true` when it was there.
@@ -146,21 +163,43 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
 /// live in different slots).
 pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     store: &S,
-    key: &str,
-    timer_key: &str,
-    ends_at: i64,
-    decay_seconds: i64,
-    amount: i64,
-    ceiling: i64,
+    count: WindowIncrement<'_>,
 ) -> Result<IncrementOutcome, CacheError> {
-    let ttl = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
-    let ends_at = ends_at.to_string();
+    let ends_at = count.ends_at.to_string();
     let (_, outcome) = futures_util::future::try_join(
-        store.add(timer_key, &ends_at, ttl),
-        store.increment_if_below(key, decay_seconds, amount, ceiling),
+        store.add(count.timer_key, &ends_at, count.ttl()),
+        store.increment_if_below(count.key, count.decay_seconds, count.amount, count.ceiling),
     )
     .await?;
     Ok(outcome)
+}
+
+/// One count in a rate-limit window, as [`Store::increment_in_window`]
+/// takes it: open the window's timer when it is not open, then add
+/// `amount` to the counter unless that passes `ceiling`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowIncrement<'a> {
+    /// The counter.
+    pub key: &'a str,
+    /// The window's timer (`<key>:timer` for the rate limiter).
+    pub timer_key: &'a str,
+    /// The timer's value: when the window ends, in Unix seconds.
+    pub ends_at: i64,
+    /// The time to live, in seconds (at least 1), of a timer the call
+    /// writes and of a counter without one.
+    pub decay_seconds: i64,
+    /// The amount to add (may be negative).
+    pub amount: i64,
+    /// The highest value the counter may reach.
+    pub ceiling: i64,
+}
+
+impl WindowIncrement<'_> {
+    /// The time to live of a timer the call writes: `decay_seconds`, at
+    /// least one second.
+    pub fn ttl(&self) -> Duration {
+        Duration::from_secs(self.decay_seconds.max(1).unsigned_abs())
+    }
 }
 
 /// What [`Store::increment_if_below`] did.

@@ -9,7 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::clean_key::{clean_rate_limiter_key, cleaned};
-use crate::cache::{CacheError, IncrementOutcome, Store, parse_integer};
+use crate::cache::{CacheError, IncrementOutcome, Store, WindowIncrement, parse_integer};
 use crate::clock::SharedClock;
 
 /// Laravel's `Illuminate\Cache\RateLimiter`: a fixed-window counter kept in
@@ -82,6 +82,25 @@ impl Window {
 
     fn ttl(self) -> Duration {
         Duration::from_secs(self.ttl_seconds.max(0).unsigned_abs())
+    }
+
+    /// `amount` counted on `key` up to `ceiling` in this window, whose
+    /// timer is `timer_key`.
+    fn count<'a>(
+        self,
+        key: &'a str,
+        timer_key: &'a str,
+        amount: i64,
+        ceiling: i64,
+    ) -> WindowIncrement<'a> {
+        WindowIncrement {
+            key,
+            timer_key,
+            ends_at: self.ends_at,
+            decay_seconds: self.ttl_seconds,
+            amount,
+            ceiling,
+        }
     }
 }
 
@@ -287,17 +306,20 @@ impl CacheRateLimiter {
             // keys may live on different nodes, so one that lags could let
             // a new window's counter reach its maximum before any timer of
             // that window is written; a check in that gap would reset the
-            // counter as it resets one whose window ended.
+            // counter as it resets one whose window ended. A store that
+            // answers at once (memory) is asked without a future, and its
+            // timer's key is built on the stack.
+            let at_once = with_timer_key(&key, |timer| {
+                self.store
+                    .increment_in_window_without_waiting(window.count(&key, timer, amount, ceiling))
+            });
+            if let Some(outcome) = at_once {
+                return outcome;
+            }
+            let timer = timer_key(&key);
             return self
                 .store
-                .increment_in_window(
-                    &key,
-                    &timer_key(&key),
-                    window.ends_at,
-                    window.ttl_seconds,
-                    amount,
-                    ceiling,
-                )
+                .increment_in_window(window.count(&key, &timer, amount, ceiling))
                 .await;
         }
         // An amount above the ceiling counts only on a count below zero,
@@ -348,16 +370,10 @@ impl CacheRateLimiter {
         // (too_many_attempts would take that for an ended window): the
         // store's `increment_in_window` keeps that order, in one round trip
         // (on a cluster, with the gap `increment_if_below` describes).
+        let timer = timer_key(key);
         let outcome = self
             .store
-            .increment_in_window(
-                key,
-                &timer_key(key),
-                window.ends_at,
-                window.ttl_seconds,
-                amount,
-                i64::MAX,
-            )
+            .increment_in_window(window.count(key, &timer, amount, i64::MAX))
             .await?;
         if !outcome.counted {
             return Err(CacheError::Overflow {
@@ -393,3 +409,41 @@ fn timer_key(key: &str) -> String {
 
 /// What `K:timer` adds to `K`.
 const TIMER_SUFFIX: &str = ":timer";
+
+/// The longest `K:timer` [`with_timer_key`] builds on the stack.
+const STACK_TIMER_KEY: usize = 128;
+
+/// Calls `f` with `K:timer` of `key`, built on the stack when it fits, for
+/// a call that does not keep it: a throttled request on the memory store
+/// allocates no timer key.
+fn with_timer_key<R>(key: &str, f: impl FnOnce(&str) -> R) -> R {
+    let len = key.len() + TIMER_SUFFIX.len();
+    if len > STACK_TIMER_KEY {
+        return f(&timer_key(key));
+    }
+    let mut buf = [0_u8; STACK_TIMER_KEY];
+    buf[..key.len()].copy_from_slice(key.as_bytes());
+    buf[key.len()..len].copy_from_slice(TIMER_SUFFIX.as_bytes());
+    f(std::str::from_utf8(&buf[..len]).expect("a str and an ASCII suffix are UTF-8"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timer_key_on_the_stack_is_the_one_off_it() {
+        let fits = "x".repeat(STACK_TIMER_KEY - TIMER_SUFFIX.len());
+        let too_long = "x".repeat(STACK_TIMER_KEY - TIMER_SUFFIX.len() + 1);
+        for key in [
+            "",
+            "k",
+            "ip:127.0.0.1:path:/login",
+            "clé:ключ",
+            &fits,
+            &too_long,
+        ] {
+            assert_eq!(with_timer_key(key, str::to_owned), format!("{key}:timer"));
+        }
+    }
+}

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use suprnova::cache::{IncrementOutcome, Store};
+use suprnova::cache::{IncrementOutcome, Store, WindowIncrement};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -204,7 +204,14 @@ pub async fn increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling
     let count = async |name: &str, ends_at, amount, ceiling| {
         let key = format!("{p}{name}");
         store
-            .increment_in_window(&key, &format!("{key}:timer"), ends_at, 60, amount, ceiling)
+            .increment_in_window(WindowIncrement {
+                key: &key,
+                timer_key: &format!("{key}:timer"),
+                ends_at,
+                decay_seconds: 60,
+                amount,
+                ceiling,
+            })
             .await
     };
     let (k, timer) = (format!("{p}w"), format!("{p}w:timer"));
