@@ -4,6 +4,7 @@
 use futures_util::future::{try_join, try_join_all};
 
 use super::headers::refusal;
+use super::one_or_more::OneOrMore;
 use crate::cache::CacheError;
 use crate::http::{HttpResponse, Request};
 use crate::limiter::{CacheRateLimiter, Limit};
@@ -13,7 +14,7 @@ pub(super) enum Admission {
     /// Go on. Each limit's count, in the order of the limits: the count
     /// this request's increment returned, or, for a limit that counts after
     /// the response, the count read before the handler.
-    Admitted(Vec<i64>),
+    Admitted(OneOrMore<i64>),
     /// Answer with this refusal.
     Refused(HttpResponse),
 }
@@ -45,7 +46,7 @@ pub(super) async fn admit(
     {
         // One limit: nothing to check first and nothing to order.
         return Ok(match count(limiter, limit, request).await? {
-            Ok(count) => Admission::Admitted(vec![count]),
+            Ok(count) => Admission::Admitted(OneOrMore::one(count)),
             Err(refused) => Admission::Refused(refused),
         });
     }
@@ -73,7 +74,7 @@ pub(super) async fn admit(
             Err(refused) => return Ok(Admission::Refused(refused)),
         }
     }
-    Ok(Admission::Admitted(counts))
+    Ok(Admission::Admitted(counts.into()))
 }
 
 /// Counts the request against each limit with an [`after`](Limit::after)

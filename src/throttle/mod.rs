@@ -11,6 +11,7 @@ mod counting;
 mod headers;
 mod keys;
 mod middleware;
+mod one_or_more;
 mod source;
 
 pub use alias::ThrottleAliasError;

@@ -2,6 +2,7 @@
 
 use super::keys::{caller_key, caller_on_path_key, named_key, prefixed};
 use super::middleware::{DEFAULT_DECAY_SECONDS, DEFAULT_MAX_ATTEMPTS};
+use super::one_or_more::OneOrMore;
 use crate::container::App;
 use crate::http::{HttpResponse, Request};
 use crate::limiter::{Limit, LimitResult, NamedLimiters};
@@ -27,7 +28,7 @@ pub(super) enum LimitSource {
 /// What a request meets.
 pub(super) enum Resolved {
     /// Apply these limits, keys final.
-    Limits(Vec<Limit>),
+    Limits(OneOrMore<Limit>),
     /// Answer with this response: nothing is counted, no header is added.
     Respond(HttpResponse),
     /// Let the request through, uncounted and without headers.
@@ -37,11 +38,11 @@ pub(super) enum Resolved {
 impl LimitSource {
     /// The limits for `request`, each key prefixed with `prefix`.
     pub(super) fn resolve(&self, request: &Request, prefix: &str) -> Resolved {
-        let limits = match self {
-            LimitSource::Default => vec![
+        let mut limits = match self {
+            LimitSource::Default => OneOrMore::one(
                 Limit::per_second(DEFAULT_MAX_ATTEMPTS, DEFAULT_DECAY_SECONDS)
                     .by(caller_key(request)),
-            ],
+            ),
             LimitSource::PerPath {
                 guest_max,
                 user_max,
@@ -52,26 +53,23 @@ impl LimitSource {
                 } else {
                     *guest_max
                 };
-                vec![Limit::per_second(max, *decay_seconds).by(caller_on_path_key(request))]
+                OneOrMore::one(
+                    Limit::per_second(max, *decay_seconds).by(caller_on_path_key(request)),
+                )
             }
             LimitSource::Named(name) => match named_limits(name, request) {
-                Ok(limits) => limits,
+                Ok(limits) => limits.into(),
                 Err(resolved) => return resolved,
             },
-            LimitSource::Limits(limits) => limits.clone(),
+            LimitSource::Limits(limits) => limits.clone().into(),
         };
         if limits.is_empty() {
             return Resolved::Pass;
         }
-        Resolved::Limits(
-            limits
-                .into_iter()
-                .map(|mut limit| {
-                    let key = prefixed(prefix, std::mem::take(&mut limit.key));
-                    limit.by(key)
-                })
-                .collect(),
-        )
+        for limit in limits.iter_mut() {
+            limit.key = prefixed(prefix, std::mem::take(&mut limit.key));
+        }
+        Resolved::Limits(limits)
     }
 }
 
