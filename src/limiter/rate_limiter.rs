@@ -306,21 +306,8 @@ impl CacheRateLimiter {
             // keys may live on different nodes, so one that lags could let
             // a new window's counter reach its maximum before any timer of
             // that window is written; a check in that gap would reset the
-            // counter as it resets one whose window ended. A store that
-            // answers at once (memory) is asked without a future, and its
-            // timer's key is built on the stack.
-            let at_once = with_timer_key(&key, |timer| {
-                self.store
-                    .increment_in_window_without_waiting(window.count(&key, timer, amount, ceiling))
-            });
-            if let Some(outcome) = at_once {
-                return outcome;
-            }
-            let timer = timer_key(&key);
-            return self
-                .store
-                .increment_in_window(window.count(&key, &timer, amount, ceiling))
-                .await;
+            // counter as it resets one whose window ended.
+            return self.count_in_window(&key, window, amount, ceiling).await;
         }
         // An amount above the ceiling counts only on a count below zero,
         // which a decrement left in a window it opened. Count first, so that
@@ -370,17 +357,37 @@ impl CacheRateLimiter {
         // (too_many_attempts would take that for an ended window): the
         // store's `increment_in_window` keeps that order, in one round trip
         // (on a cluster, with the gap `increment_if_below` describes).
-        let timer = timer_key(key);
-        let outcome = self
-            .store
-            .increment_in_window(window.count(key, &timer, amount, i64::MAX))
-            .await?;
+        let outcome = self.count_in_window(key, window, amount, i64::MAX).await?;
         if !outcome.counted {
             return Err(CacheError::Overflow {
                 key: key.to_owned(),
             });
         }
         Ok(outcome.count)
+    }
+
+    /// The store's [`increment_in_window`](Store::increment_in_window) of
+    /// `amount` on `key` up to `ceiling`, in `window`. A store that answers
+    /// at once (memory) is asked without a future, and the timer's key is
+    /// built on the stack.
+    async fn count_in_window(
+        &self,
+        key: &str,
+        window: Window,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        let at_once = with_timer_key(key, |timer| {
+            self.store
+                .increment_in_window_without_waiting(window.count(key, timer, amount, ceiling))
+        });
+        if let Some(outcome) = at_once {
+            return outcome;
+        }
+        let timer = timer_key(key);
+        self.store
+            .increment_in_window(window.count(key, &timer, amount, ceiling))
+            .await
     }
 
     async fn attempts_of(&self, key: &str) -> Result<i64, CacheError> {
