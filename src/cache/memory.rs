@@ -439,9 +439,11 @@ mod tests {
     }
 
     /// A memory store that answers `increment_in_window` with the trait's
-    /// provided method: `add` and `increment_if_below` as two calls.
+    /// provided method: `add` and `increment_if_below` as two calls. Asked
+    /// without a future, it gives its canned answer, if it has one, and
+    /// otherwise the trait's `None`.
     #[derive(Debug)]
-    struct TwoSteps(MemoryStore);
+    struct TwoSteps(MemoryStore, Option<IncrementOutcome>);
 
     #[async_trait]
     impl Store for TwoSteps {
@@ -474,6 +476,12 @@ mod tests {
         async fn ttl(&self, key: &str) -> Result<Option<Duration>, CacheError> {
             self.0.ttl(key).await
         }
+        fn increment_in_window_without_waiting(
+            &self,
+            _count: WindowIncrement<'_>,
+        ) -> Option<Result<IncrementOutcome, CacheError>> {
+            self.1.map(Ok)
+        }
         fn name(&self) -> &'static str {
             "two steps"
         }
@@ -485,7 +493,7 @@ mod tests {
     async fn the_rate_limiter_counts_alike_at_once_and_through_a_future() {
         let clock = FakeClock::at_unix(1_000);
         let at_once = Arc::new(MemoryStore::with_clock(clock.shared()));
-        let waiting = Arc::new(TwoSteps(MemoryStore::with_clock(clock.shared())));
+        let waiting = Arc::new(TwoSteps(MemoryStore::with_clock(clock.shared()), None));
         let probe = |store: &dyn Store| {
             store
                 .increment_in_window_without_waiting(WindowIncrement {
@@ -518,6 +526,33 @@ mod tests {
         }
     }
 
+    // The answer given without a future is the one the rate limiter uses,
+    // and the store's future is then not asked.
+    #[tokio::test]
+    async fn the_rate_limiter_takes_the_answer_given_at_once() {
+        let clock = FakeClock::at_unix(1_000);
+        let canned = IncrementOutcome {
+            counted: true,
+            count: 42,
+        };
+        let store = Arc::new(TwoSteps(
+            MemoryStore::with_clock(clock.shared()),
+            Some(canned),
+        ));
+        let limiter = CacheRateLimiter::new(store.clone(), clock.shared());
+        assert_eq!(
+            limiter.increment_if_below("k", 60, 1, 2).await.unwrap(),
+            canned
+        );
+        assert_eq!(limiter.hit("h", 60).await.unwrap(), 42);
+        assert_eq!(
+            store.get("k").await.unwrap(),
+            None,
+            "the future counted too"
+        );
+        assert_eq!(store.get("h:timer").await.unwrap(), None);
+    }
+
     // The fused step leaves exactly what the two calls leave: the timer
     // written once per window with its end, the counter below the ceiling,
     // both expiring with the window.
@@ -525,7 +560,7 @@ mod tests {
     async fn counting_in_a_window_in_one_step_matches_the_two_calls() {
         let clock = FakeClock::at_unix(1_000);
         let fused = MemoryStore::with_clock(clock.shared());
-        let split = TwoSteps(MemoryStore::with_clock(clock.shared()));
+        let split = TwoSteps(MemoryStore::with_clock(clock.shared()), None);
         let stores: [&dyn Store; 2] = [&fused, &split];
         let k = WindowIncrement {
             key: "k",
