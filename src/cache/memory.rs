@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::store::{CacheError, IncrementOutcome, Store, WindowIncrement, parse_integer};
+use super::store::{
+    CacheError, IncrementOutcome, Store, WindowIncrement, decay_ttl, parse_integer,
+};
 use crate::clock::{self, SharedClock};
 use crate::sharded::{Locked, ShardedMap};
 use crate::sweep::SweepSchedule;
@@ -223,7 +225,7 @@ impl MemoryStore {
         };
         let outcome = IncrementOutcome::decide(current, amount, ceiling);
         if outcome.counted {
-            let decay = Duration::from_secs(decay_seconds.max(1).unsigned_abs());
+            let decay = decay_ttl(decay_seconds);
             // Look up before inserting: only a new key allocates.
             match shard.get_mut() {
                 Some(entry) => {

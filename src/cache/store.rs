@@ -198,8 +198,14 @@ impl WindowIncrement<'_> {
     /// The time to live of a timer the call writes: `decay_seconds`, at
     /// least one second.
     pub fn ttl(&self) -> Duration {
-        Duration::from_secs(self.decay_seconds.max(1).unsigned_abs())
+        decay_ttl(self.decay_seconds)
     }
+}
+
+/// The time to live a count in a window of `decay_seconds` gives a new
+/// entry: at least one second, as a store's time to live always is.
+pub(crate) fn decay_ttl(decay_seconds: i64) -> Duration {
+    Duration::from_secs(decay_seconds.max(1).unsigned_abs())
 }
 
 /// What [`Store::increment_if_below`] did.
