@@ -411,4 +411,24 @@ fn main() {
             100.0 * cpu_per_request[0] / cpu
         );
     }
+    let layout = match layout {
+        Some(_) => "redis-server on a CPU of its own",
+        None => "sharing every CPU",
+    };
+    for (server, Median { load, .. }) in &medians {
+        // The memory limiters keep 90% of the bare server, the Redis-backed
+        // ones 60%; the others are there to compare with.
+        let share = match *server {
+            "driver_memory" | "throttle_memory" => 0.90,
+            s if s.starts_with("driver_redis") || s.starts_with("throttle_redis") => 0.60,
+            _ => continue,
+        };
+        use support::targets::{Bound, Unit, check};
+        check(
+            &format!("HTTP {server} / none, {connections} connections, {layout}"),
+            load.rate / base,
+            Bound::AtLeast(share),
+            Unit::Percent,
+        );
+    }
 }

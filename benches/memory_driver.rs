@@ -36,7 +36,8 @@
 //! At the end the bench prints the ratios the performance targets are
 //! stated in (docs/performance.md), and then measures the flood cases once
 //! more with the contenders taking turns in short runs, which a machine
-//! whose speed drifts disturbs less (see `alternating`).
+//! whose speed drifts disturbs less (see `alternating`). After each of the
+//! two, a `target:` line a target says whether this run met it.
 
 mod support;
 
@@ -478,6 +479,17 @@ fn report(since: SystemTime) {
             }
         }
     }
+    for set in key_sets().map(|keys| keys.name) {
+        let per_thread =
+            [1, 2].map(|threads| COMPARED.map(|id| ns(Scenario::Flood, set, threads, id)));
+        if let [
+            [Some(o1), Some(g1), Some(n1)],
+            [Some(o2), Some(g2), Some(n2)],
+        ] = per_thread
+        {
+            check_targets("criterion", set, [[o1, g1, n1], [o2, g2, n2]]);
+        }
+    }
     if let Some(sweep) =
         support::estimates::nanos_per_iter("memory_driver_sweep", "100k_keys", since)
     {
@@ -504,6 +516,39 @@ fn print_ratio_row(case: &str, [ours, gov, naive]: [f64; 3]) {
         ours / gov,
         naive / ours
     );
+}
+
+/// Checks the targets of the flood case on `set`, from the ns per decision
+/// of suprnova, governor and the naive log on one thread and on two:
+/// suprnova at most 1.25x governor; over 100,000 keys, also at least 2x
+/// faster than the naive log, and two threads at least 1.5x one.
+fn check_targets(source: &str, set: &str, per_thread: [[f64; 3]; 2]) {
+    use support::targets::{Bound, Unit, check};
+    for (threads, [ours, gov, naive]) in [1, 2].into_iter().zip(per_thread) {
+        let case = format!("flood {set} {threads}t, {source}");
+        check(
+            &format!("memory driver / governor, {case}"),
+            ours / gov,
+            Bound::AtMost(1.25),
+            Unit::Ratio,
+        );
+        if set != "hot_key" {
+            check(
+                &format!("naive log / memory driver, {case}"),
+                naive / ours,
+                Bound::AtLeast(2.0),
+                Unit::Ratio,
+            );
+        }
+    }
+    if set != "hot_key" {
+        check(
+            &format!("memory driver, two threads / one, flood {set}, {source}"),
+            per_thread[0][0] / per_thread[1][0],
+            Bound::AtLeast(1.5),
+            Unit::Ratio,
+        );
+    }
 }
 
 /// How much more one contender decides on two threads than on one, from
@@ -535,6 +580,7 @@ fn alternating() {
     );
     print_ratio_header();
     let mut scaling = Vec::new();
+    let mut targets = Vec::new();
     for keys in key_sets() {
         let contenders = COMPARED.map(|name| {
             let contender = Contender::build(name, Scenario::Flood);
@@ -567,10 +613,11 @@ fn alternating() {
             ns.sort_by(f64::total_cmp);
             ns[ns.len() / 2]
         };
-        for threads in [1, 2] {
-            let ns = [0, 1, 2].map(|c| median(c, threads));
+        let per_thread = [1, 2].map(|threads| [0, 1, 2].map(|c| median(c, threads)));
+        for (threads, ns) in [1, 2].into_iter().zip(per_thread) {
             print_ratio_row(&format!("flood {} {threads}t", keys.name), ns);
         }
+        targets.push((keys.name, per_thread));
         for (c, name) in COMPARED.iter().enumerate() {
             let case = format!("flood {}", keys.name);
             scaling.push(scaling_line(&case, name, median(c, 1), median(c, 2)));
@@ -578,6 +625,9 @@ fn alternating() {
     }
     for line in scaling {
         println!("{line}");
+    }
+    for (set, per_thread) in targets {
+        check_targets("in alternation", set, per_thread);
     }
 }
 

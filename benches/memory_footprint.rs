@@ -189,9 +189,11 @@ fn main() {
         per_key.insert(name, bytes);
     }
     let (ours, naive) = (per_key["suprnova"], per_key["naive_log"]);
-    println!(
-        "suprnova / naive_log = {:.3} (target <= 0.333): {}",
+    println!("suprnova / naive_log = {:.3}", ours / naive);
+    support::targets::check(
+        "memory per key at 100 hits, memory driver / naive log",
         ours / naive,
-        if ours * 3.0 <= naive { "met" } else { "missed" }
+        support::targets::Bound::AtMost(1.0 / 3.0),
+        support::targets::Unit::Plain,
     );
 }

@@ -257,6 +257,19 @@ fn comparison(
                 ours / reference,
                 round_trips as f64 / count as f64
             );
+            use support::targets::{Bound, Unit, check};
+            check(
+                &format!("Redis {name} / redis-benchmark -c 50 -P 1, {keyspace} keys"),
+                ours / reference,
+                Bound::AtLeast(1.0),
+                Unit::Ratio,
+            );
+            check(
+                &format!("round trips per decision, Redis {name}, {keyspace} keys"),
+                round_trips as f64 / count as f64,
+                Bound::AtMost(1.0),
+                Unit::Plain,
+            );
             let others: HashMap<_, _> = sent
                 .iter()
                 // INFO is the bench's own snapshot.
@@ -337,7 +350,13 @@ fn memory_per_key(
         "ZSET of UUID members:            {:.0} B",
         uuids as f64 / KEYS as f64
     );
-    println!("ratio: {:.3} (target <= 0.5)", ours as f64 / uuids as f64);
+    println!("ratio: {:.3}", ours as f64 / uuids as f64);
+    support::targets::check(
+        "Redis memory per key at 100 hits, driver / ZSET of UUID members",
+        ours as f64 / uuids as f64,
+        support::targets::Bound::AtMost(0.5),
+        support::targets::Unit::Plain,
+    );
 }
 
 fn main() {

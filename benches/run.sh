@@ -8,7 +8,9 @@
 #   benches/run.sh http_redis_cpu  # the HTTP bench with redis-server on the
 #                                  # last CPU and the bench on the others
 #
-# Each bench prints the machine and the load average it ran on. The targets
+# Each bench prints the machine and the load average it ran on, and a
+# `target:` line for each target it checks; at the end every such line of
+# the run is gathered in target/perf/targets.txt. The targets
 # are ratios between contenders of one run; on a busy machine (load average
 # above about 1 on two cores) the ratios are noisy, so run it on a quiet one.
 set -euo pipefail
@@ -51,3 +53,11 @@ for bench in "${benches[@]}"; do
         ;;
     esac
 done
+
+# Every target this run checked, one line each, met or MISSED.
+files=()
+for bench in "${benches[@]}"; do
+    files+=("$out/$bench.txt")
+done
+echo "== targets =="
+grep -h '^target:' "${files[@]}" | tee "$out/targets.txt" || true

@@ -8,6 +8,7 @@ pub mod loopback;
 pub mod machine;
 pub mod redis;
 pub mod servers;
+pub mod targets;
 
 /// A tokio runtime of two workers, as a server on a two-core machine runs.
 pub fn two_worker_runtime() -> tokio::runtime::Runtime {
