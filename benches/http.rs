@@ -68,17 +68,14 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Instant;
 
 use support::loopback::{self, start_server};
 use support::redis::RedisProcess;
-use support::servers::{self, router};
-use suprnova::cache::RedisStore;
+use support::servers::{self, PingRedis, router};
+use suprnova::Router;
 use suprnova::container::App;
-use suprnova::rate_limit::redis::RedisRateLimiter;
 use suprnova::redis_client::RedisConnection;
-use suprnova::{Middleware, Next, Request, Response, Router, async_trait};
 
 const SERVERS: [&str; 9] = [
     "none",
@@ -91,18 +88,6 @@ const SERVERS: [&str; 9] = [
     "throttle_redis_socket",
     "ping_redis",
 ];
-
-/// A middleware that waits for one `PING` to Redis, then calls the rest of
-/// the chain: the round trip without a limiter's work.
-struct PingRedis(RedisConnection);
-
-#[async_trait]
-impl Middleware for PingRedis {
-    async fn handle(&self, request: Request, next: Next) -> Response {
-        self.0.ping().await.expect("Redis answers PING");
-        next(request).await
-    }
-}
 
 /// The router of `server`.
 fn server_router(server: &str, connections: &RedisConnections) -> Router {
@@ -127,10 +112,7 @@ fn container(server: &str, connections: &RedisConnections) -> App {
     } else {
         return servers::memory_container();
     };
-    servers::container_with(
-        Arc::new(RedisRateLimiter::new(redis.clone()).with_prefix("bench_http:")),
-        Arc::new(RedisStore::new(redis.clone()).with_prefix("bench_http_cache:")),
-    )
+    servers::redis_container(redis, "bench_http")
 }
 
 /// What one load of one server measured.

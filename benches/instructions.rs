@@ -21,6 +21,11 @@
 //!   current-thread runtime, so that the count is the server's and the
 //!   client's instructions a request together (the kernel's loopback work,
 //!   the same for every server, is not counted);
+//! - servers on a `redis-server` the bench starts, in process: `ping_redis`
+//!   (a middleware that waits for one `PING`, then the bare route),
+//!   `driver_redis` and `throttle_redis`: this process's instructions a
+//!   request, the client side of each round trip (the Redis client, the
+//!   runtime's I/O), without Redis's own;
 //! - one decision of a limiter over 100,000 keys (`driver_decision`,
 //!   `governor_decision`) and on one hot key (`driver_hot_key`,
 //!   `governor_hot_key`): each key brought to its limit of 100 per minute
@@ -50,8 +55,10 @@ use std::time::Duration;
 
 use governor::{Quota, RateLimiter};
 use support::loopback::{self, start_server};
+use support::redis::RedisProcess;
 use support::servers::{
-    SERVERS, client_addresses, memory_container, register_throttle, router, serve_in_process,
+    PingRedis, SERVERS, client_addresses, memory_container, redis_container, register_throttle,
+    router, serve_in_process,
 };
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
@@ -62,6 +69,9 @@ const HTTP_SERVERS: [&str; 4] = [
     "http_driver_memory",
     "http_throttle_memory",
 ];
+/// Servers on Redis, in process: a `PING` before the bare route, and the
+/// Redis-backed limiters.
+const REDIS_SERVERS: [&str; 3] = ["ping_redis", "driver_redis", "throttle_redis"];
 const DECIDERS: [&str; 6] = [
     "driver_decision",
     "governor_decision",
@@ -79,7 +89,7 @@ fn main() {
     // `cargo bench` runs every bench with `--bench`: nothing to do then.
     let [subject, count] = args.as_slice() else {
         println!(
-            "usage: instructions <subject> <count>, subjects {SERVERS:?} {HTTP_SERVERS:?} {DECIDERS:?}; see benches/instructions.sh"
+            "usage: instructions <subject> <count>, subjects {SERVERS:?} {HTTP_SERVERS:?} {REDIS_SERVERS:?} {DECIDERS:?}; see benches/instructions.sh"
         );
         return;
     };
@@ -93,7 +103,10 @@ fn main() {
         "driver_dyn_without_waiting" => dyn_decisions(count, false),
         server if SERVERS.contains(&server) => requests(server, count),
         server if HTTP_SERVERS.contains(&server) => http_requests(&server["http_".len()..], count),
-        other => panic!("no subject {other}; subjects {SERVERS:?} {HTTP_SERVERS:?} {DECIDERS:?}"),
+        server if REDIS_SERVERS.contains(&server) => redis_requests(server, count),
+        other => panic!(
+            "no subject {other}; subjects {SERVERS:?} {HTTP_SERVERS:?} {REDIS_SERVERS:?} {DECIDERS:?}"
+        ),
     }
 }
 
@@ -121,6 +134,24 @@ fn http_requests(server: &str, count: u64) {
     runtime.block_on(loopback::send(addr, 32, WARM_UP));
     measured(|| runtime.block_on(loopback::send(addr, 32, count)));
     drop(stop);
+}
+
+/// `count` requests in process through `server` on a `redis-server` of the
+/// bench's own: what this process spends on a request that waits for Redis
+/// (Redis's own work is another process's, and not counted).
+fn redis_requests(server: &str, count: u64) {
+    register_throttle();
+    let redis = RedisProcess::start();
+    let runtime = support::current_thread_runtime();
+    let clients = client_addresses(32);
+    let connection = redis.connection(&runtime);
+    let app = redis_container(&connection, "bench_instructions");
+    let router = match server {
+        "ping_redis" => router("none").middleware(PingRedis(connection.clone())),
+        limited => router(limited),
+    };
+    runtime.block_on(app.scope(serve_in_process(&router, &clients, WARM_UP)));
+    measured(|| runtime.block_on(app.scope(serve_in_process(&router, &clients, count))));
 }
 
 /// `keys` keys `"user:N"`, and `decide` called on each until it is full,

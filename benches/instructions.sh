@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Instructions per request of each in-process server and of the same servers
-# over HTTP on loopback (server and client together), per decision of the
+# over HTTP on loopback (server and client together), of the servers on a
+# redis-server the bench starts (this process only), per decision of the
 # memory driver and governor over 100,000 keys and on one hot key, and per
 # decision of the memory driver through `Arc<dyn RateLimiterDriver>`
 # (benches/instructions.rs),
@@ -15,6 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v valgrind >/dev/null || { echo "missing valgrind: apt-get install valgrind" >&2; exit 1; }
+command -v redis-server >/dev/null || { echo "missing redis-server: apt-get install redis-server" >&2; exit 1; }
 bin=$(cargo bench --bench instructions --no-run 2>&1 |
     grep -o 'target/release/deps/instructions-[0-9a-f]*' | tail -1)
 
@@ -38,6 +40,7 @@ none=""
 for server in none pass_through driver_memory throttle_memory throttle_named_memory; do
     n=$(per "$server" 20000)
     none=${none:-$n}
+    in_process_none=$none
     printf '%-22s %12d %12d\n' "$server" "$n" "$((n - none))"
 done
 printf '\n%-22s %12s %12s\n' "over HTTP" "per request" "over none"
@@ -46,6 +49,13 @@ for server in none pass_through driver_memory throttle_memory; do
     n=$(per "http_$server" 5000)
     none=${none:-$n}
     printf '%-22s %12d %12d\n' "$server" "$n" "$((n - none))"
+done
+printf '\n%-22s %12s %12s %12s\n' "on Redis, in process" "per request" "over none" "over ping"
+ping=""
+for server in ping_redis driver_redis throttle_redis; do
+    n=$(per "$server" 5000)
+    ping=${ping:-$n}
+    printf '%-22s %12d %12d %12d\n' "$server" "$n" "$((n - in_process_none))" "$((n - ping))"
 done
 printf '\n%-28s %12s\n' limiter "per decision"
 for decider in driver_decision governor_decision driver_hot_key governor_hot_key driver_dyn_async driver_dyn_without_waiting; do

@@ -40,7 +40,7 @@
 //! it instead, so that two cores serving requests write no shared cache
 //! line between them. Measured on two threads, a lookup under a read lock
 //! with an `Arc` clone took 24 ns alone and about 100 ns while the other
-//! thread did the same (docs/performance.md).
+//! thread did the same (docs/performance-history.md).
 //!
 //! # Isolating tests
 //!

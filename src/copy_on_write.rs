@@ -5,7 +5,7 @@
 //! starts. A lock, even a read lock nobody waits for, writes its own word on
 //! every read, and two cores reading at once pass that cache line between
 //! them (a container lookup under a read lock took 24 ns on one thread and
-//! about 100 ns on each of two, docs/performance.md). Here a change copies
+//! about 100 ns on each of two, docs/performance-history.md). Here a change copies
 //! the value, changes the copy and publishes it whole; a read loads the
 //! current one through `arc-swap`, whose readers write only a slot of their
 //! own thread.

@@ -31,7 +31,7 @@
 //! the order they came, a decision took about a third less time than with
 //! the slots in the hash table itself, in any other order about the same,
 //! and a key at 100 hits takes 299 bytes instead of 361 (the memory driver
-//! and memory footprint benches, docs/performance.md).
+//! and memory footprint benches, docs/performance-history.md).
 
 use std::cell::Cell;
 use std::hash::BuildHasher;

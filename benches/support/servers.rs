@@ -98,6 +98,32 @@ pub fn memory_container() -> App {
     app
 }
 
+/// A middleware that waits for one `PING` to Redis, then calls the rest of
+/// the chain: the round trip without a limiter's work.
+#[cfg(feature = "redis")]
+pub struct PingRedis(pub suprnova::redis_client::RedisConnection);
+
+#[cfg(feature = "redis")]
+#[async_trait]
+impl Middleware for PingRedis {
+    async fn handle(&self, request: Request, next: Next) -> Response {
+        self.0.ping().await.expect("Redis answers PING");
+        next(request).await
+    }
+}
+
+/// A container with the Redis driver and the Redis cache store on `redis`,
+/// their keys under `prefix` (`<prefix>:` and `<prefix>_cache:`).
+#[cfg(feature = "redis")]
+pub fn redis_container(redis: &suprnova::redis_client::RedisConnection, prefix: &str) -> App {
+    use suprnova::cache::RedisStore;
+    use suprnova::rate_limit::redis::RedisRateLimiter;
+    container_with(
+        Arc::new(RedisRateLimiter::new(redis.clone()).with_prefix(format!("{prefix}:"))),
+        Arc::new(RedisStore::new(redis.clone()).with_prefix(format!("{prefix}_cache:"))),
+    )
+}
+
 /// `count` client addresses, 127.0.0.1 up: a per-address limiter keeps one
 /// bucket each.
 pub fn client_addresses(count: u8) -> Vec<SocketAddr> {

@@ -16,10 +16,11 @@
 -- ARGV[3]  the ceiling (an integer)
 -- ARGV[4]  with KEYS[2]: the timer's value, the end of the window
 --
--- Returns {counted, count}: counted is 1 when the amount was added and count
--- is then the new value; counted is 0 when it was not, and count is the
--- value left untouched (0 for a missing counter). A value that is not an
--- integer is an error, as for INCRBY.
+-- Returns "counted count", two integers in one string (a client reads one
+-- string far faster than an array): counted is 1 when the amount was added
+-- and count is then the new value; counted is 0 when it was not, and count
+-- is the value left untouched (0 for a missing counter). A value that is
+-- not an integer is an error, as for INCRBY.
 --
 -- Counts are compared as Lua numbers (doubles): exact up to 2^53, far beyond
 -- any rate-limit count; a ceiling of 2^63 - 1 means "no ceiling".
@@ -36,10 +37,10 @@ if current then
 end
 local amount = tonumber(ARGV[2])
 if count + amount > tonumber(ARGV[3]) then
-    return {0, count}
+    return string.format('0 %d', count)
 end
 local next = redis.call('INCRBY', KEYS[1], amount)
 if redis.call('TTL', KEYS[1]) < 0 then
     redis.call('EXPIRE', KEYS[1], ARGV[1])
 end
-return {1, next}
+return string.format('1 %d', next)

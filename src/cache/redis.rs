@@ -4,13 +4,13 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use ::redis::{Script, ScriptInvocation, cmd};
+use ::redis::{Script, cmd};
 use async_trait::async_trait;
 
 use super::store::{
     CacheError, IncrementOutcome, Store, WindowIncrement, add_then_increment_if_below,
 };
-use crate::redis_client::RedisConnection;
+use crate::redis_client::{RedisConnection, ScriptCall, reply_numbers};
 
 /// The conditional increment, and with a timer key the window's timer too.
 static INCREMENT_IF_BELOW: LazyLock<Script> =
@@ -117,12 +117,10 @@ impl RedisStore {
         &self.conn
     }
 
-    /// Runs the conditional increment as `invocation` sets it up.
-    async fn count_below(
-        &self,
-        invocation: &ScriptInvocation<'_>,
-    ) -> Result<IncrementOutcome, CacheError> {
-        let (counted, count): (i64, i64) = self.conn.invoke(invocation).await?;
+    /// Runs the conditional increment as `call` sets it up.
+    async fn count_below(&self, call: &ScriptCall<'_>) -> Result<IncrementOutcome, CacheError> {
+        let reply: Vec<u8> = self.conn.call_script(call).await?;
+        let [counted, count] = reply_numbers::<i64, 2>(&reply)?;
         Ok(IncrementOutcome {
             counted: counted == 1,
             count,
@@ -192,12 +190,12 @@ impl Store for RedisStore {
         amount: i64,
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError> {
-        let mut invocation = INCREMENT_IF_BELOW.key(self.full_key(key));
-        invocation
+        let mut call = ScriptCall::new(&INCREMENT_IF_BELOW, 1);
+        call.key(&self.prefix, key)
             .arg(decay_seconds.max(1))
             .arg(amount)
             .arg(ceiling);
-        self.count_below(&invocation).await
+        self.count_below(&call).await
     }
 
     /// On one node, the timer's `SET NX EX` and the conditional increment
@@ -210,14 +208,14 @@ impl Store for RedisStore {
         if self.conn.config().is_cluster() {
             return add_then_increment_if_below(self, count).await;
         }
-        let mut invocation = INCREMENT_IF_BELOW.key(self.full_key(count.key));
-        invocation
-            .key(self.full_key(count.timer_key))
+        let mut call = ScriptCall::new(&INCREMENT_IF_BELOW, 2);
+        call.key(&self.prefix, count.key)
+            .key(&self.prefix, count.timer_key)
             .arg(count.decay_seconds.max(1))
             .arg(count.amount)
             .arg(count.ceiling)
             .arg(count.ends_at);
-        self.count_below(&invocation).await
+        self.count_below(&call).await
     }
 
     async fn forget(&self, key: &str) -> Result<bool, CacheError> {

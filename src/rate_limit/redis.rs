@@ -9,7 +9,7 @@ use async_trait::async_trait;
 
 use super::{RateLimitError, RateLimiterDriver, SlidingWindowConfig};
 use crate::decision::Decision;
-use crate::redis_client::RedisConnection;
+use crate::redis_client::{RedisConnection, ScriptCall, reply_numbers};
 
 /// The decision script, hashed once; calls send only its SHA1.
 static SLIDING_WINDOW: LazyLock<Script> =
@@ -123,14 +123,13 @@ impl RedisRateLimiter {
         config: &SlidingWindowConfig,
         admit: bool,
     ) -> Result<Reply, RateLimitError> {
-        let mut invocation = SLIDING_WINDOW.prepare_invoke();
-        invocation
-            .key(format!("{}{key}", self.prefix))
+        let mut call = ScriptCall::new(&SLIDING_WINDOW, 1);
+        call.key(&self.prefix, key)
             .arg(config.max_requests)
             .arg(window_micros(config))
             .arg(if admit { "1" } else { "0" });
-        let (admitted, count, gate_us, now_us): (u8, u64, u64, u64) =
-            self.conn.invoke(&invocation).await?;
+        let reply: Vec<u8> = self.conn.call_script(&call).await?;
+        let [admitted, count, gate_us, now_us] = reply_numbers::<u64, 4>(&reply)?;
         Ok(Reply {
             admitted: admitted == 1,
             count,

@@ -15,7 +15,9 @@
 --
 -- The window is (now - window, now]: a hit exactly one window old is out.
 --
--- Returns {admitted, count, gate, now}:
+-- Returns one string of four integers separated by spaces,
+-- "admitted count gate now" (a client reads one string far faster than an
+-- array of four):
 --   admitted  1 when this call was admitted and recorded, else 0
 --   count     the hits in the window after the call
 --   gate      when not admitted: the time (us) of the hit whose leaving
@@ -58,7 +60,7 @@ if admit and count < max then
   -- outlive this expiry by the size of the step; Redis clocks slew rather
   -- than step, and the lookup that would cover it costs every call.
   redis.call('PEXPIRE', key, string.format('%d', math.ceil((stamp + window - now) / 1000)))
-  return {1, count + 1, 0, now}
+  return string.format('1 %d 0 %d', count + 1, now)
 end
 
 local gate = 0
@@ -68,4 +70,4 @@ if count > 0 then
   gate = tonumber(hit[2])
 end
 
-return {0, count, gate, now}
+return string.format('0 %d %d %d', count, gate, now)

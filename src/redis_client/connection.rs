@@ -7,9 +7,9 @@ use std::time::Duration;
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::{Cmd, FromRedisValue, RedisFuture, RedisResult, ScriptInvocation, Value};
+use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisFuture, RedisResult, ServerErrorKind, Value};
 
-use super::RedisConfig;
+use super::{RedisConfig, ScriptCall};
 
 /// A Redis call that failed or did not answer in time.
 #[derive(Debug, thiserror::Error)]
@@ -133,16 +133,24 @@ impl RedisConnection {
             .await
     }
 
-    /// Runs a script with `EVALSHA`, loading it when Redis answers
-    /// `NOSCRIPT` (after a restart or `SCRIPT FLUSH`): one round trip while
-    /// the script is cached.
-    pub async fn invoke<T: FromRedisValue>(
+    /// Runs one of the crate's script calls with `EVALSHA`, loading the
+    /// script when Redis answers `NOSCRIPT` (after a restart or `SCRIPT
+    /// FLUSH`) and calling again: one round trip while Redis has the script.
+    pub(crate) async fn call_script<T: FromRedisValue>(
         &self,
-        invocation: &ScriptInvocation<'_>,
+        call: &ScriptCall<'_>,
     ) -> Result<T, RedisBackendError> {
         let mut conn = self.clone();
-        self.bounded(async move { invocation.invoke_async(&mut conn).await })
-            .await
+        self.bounded(async move {
+            match call.command().query_async(&mut conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    call.script().load_async(&mut conn).await?;
+                    call.command().query_async(&mut conn).await
+                }
+                answered => answered,
+            }
+        })
+        .await
     }
 
     async fn bounded<T>(

@@ -8,7 +8,11 @@
 
 mod config;
 mod connection;
+mod reply;
+mod script_call;
 
 pub use config::{RedisConfig, RedisUrlError};
 pub(crate) use config::{is_socket_scheme, redact_credentials};
 pub use connection::{RedisBackendError, RedisConnection};
+pub(crate) use reply::reply_numbers;
+pub(crate) use script_call::ScriptCall;
