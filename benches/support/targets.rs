@@ -32,11 +32,12 @@ pub enum Unit {
 }
 
 impl Unit {
-    fn show(self, value: f64) -> String {
+    /// `value` written with `extra` more decimals than usual.
+    fn show(self, value: f64, extra: usize) -> String {
         match self {
-            Unit::Ratio => format!("{value:.2}x"),
-            Unit::Percent => format!("{:.1}%", value * 100.0),
-            Unit::Plain => format!("{value:.3}"),
+            Unit::Ratio => format!("{value:.*}x", 2 + extra),
+            Unit::Percent => format!("{:.*}%", 1 + extra, value * 100.0),
+            Unit::Plain => format!("{value:.*}", 3 + extra),
         }
     }
 }
@@ -48,10 +49,17 @@ pub fn verdict(what: &str, figure: f64, bound: Bound, unit: Unit) -> String {
         Bound::AtMost(limit) => ("<=", limit),
         Bound::AtLeast(limit) => (">=", limit),
     };
+    // A figure that rounds to its bound is written with more decimals, so
+    // that a miss never reads as equal to the bound.
+    let extra = if unit.show(figure, 0) == unit.show(limit, 0) {
+        2
+    } else {
+        0
+    };
     format!(
         "target: {what}: {} ({sign} {}): {}",
-        unit.show(figure),
-        unit.show(limit),
+        unit.show(figure, extra),
+        unit.show(limit, extra),
         if bound.holds(figure) { "met" } else { "MISSED" }
     )
 }
