@@ -24,9 +24,12 @@ impl<'s> ScriptCall<'s> {
     /// A call of `script` on `keys` keys, which [`key`](Self::key) then
     /// writes, before any [`arg`](Self::arg).
     pub(crate) fn new(script: &'s Script, keys: usize) -> Self {
-        // The command's name, the hash, the count, and a few keys and
-        // arguments of a few dozen bytes between them.
-        let mut command = Cmd::with_capacity(10, 128);
+        // Room for the command's name, the 40-byte hash, the count, two
+        // keys of a prefix and a hashed name (Laravel's prefix and a SHA-1
+        // take 71 bytes) and four numbers, so that writing them never
+        // grows the buffer: a growth copies it, which cost the throttle's
+        // call 700 instructions when the room was 128 bytes.
+        let mut command = Cmd::with_capacity(10, 256);
         command.arg("EVALSHA").arg(script.get_hash()).arg(keys);
         Self {
             script,
