@@ -368,8 +368,8 @@ impl CacheRateLimiter {
 
     /// The store's [`increment_in_window`](Store::increment_in_window) of
     /// `amount` on `key` up to `ceiling`, in `window`. A store that answers
-    /// at once (memory) is asked without a future, and the timer's key is
-    /// built on the stack.
+    /// at once (memory) is asked without a future; the timer's key is built
+    /// once, on the stack when it fits, for either way of asking.
     async fn count_in_window(
         &self,
         key: &str,
@@ -377,17 +377,12 @@ impl CacheRateLimiter {
         amount: i64,
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError> {
-        let at_once = with_timer_key(key, |timer| {
-            self.store
-                .increment_in_window_without_waiting(window.count(key, timer, amount, ceiling))
-        });
-        if let Some(outcome) = at_once {
+        let timer = TimerKey::of(key);
+        let count = || window.count(key, timer.as_str(), amount, ceiling);
+        if let Some(outcome) = self.store.increment_in_window_without_waiting(count()) {
             return outcome;
         }
-        let timer = timer_key(key);
-        self.store
-            .increment_in_window(window.count(key, &timer, amount, ceiling))
-            .await
+        self.store.increment_in_window(count()).await
     }
 
     async fn attempts_of(&self, key: &str) -> Result<i64, CacheError> {
@@ -417,21 +412,35 @@ fn timer_key(key: &str) -> String {
 /// What `K:timer` adds to `K`.
 const TIMER_SUFFIX: &str = ":timer";
 
-/// The longest `K:timer` [`with_timer_key`] builds on the stack.
+/// The longest `K:timer` [`TimerKey`] holds on the stack.
 const STACK_TIMER_KEY: usize = 128;
 
-/// Calls `f` with `K:timer` of `key`, built on the stack when it fits, for
-/// a call that does not keep it: a throttled request on the memory store
-/// allocates no timer key.
-fn with_timer_key<R>(key: &str, f: impl FnOnce(&str) -> R) -> R {
-    let len = key.len() + TIMER_SUFFIX.len();
-    if len > STACK_TIMER_KEY {
-        return f(&timer_key(key));
+/// `K:timer` of a key, held on the stack when it fits, so that a throttled
+/// request allocates no timer key.
+enum TimerKey {
+    Stack { bytes: [u8; STACK_TIMER_KEY], len: usize },
+    Heap(String),
+}
+
+impl TimerKey {
+    fn of(key: &str) -> Self {
+        let len = key.len() + TIMER_SUFFIX.len();
+        if len > STACK_TIMER_KEY {
+            return TimerKey::Heap(timer_key(key));
+        }
+        let mut bytes = [0_u8; STACK_TIMER_KEY];
+        bytes[..key.len()].copy_from_slice(key.as_bytes());
+        bytes[key.len()..len].copy_from_slice(TIMER_SUFFIX.as_bytes());
+        TimerKey::Stack { bytes, len }
     }
-    let mut buf = [0_u8; STACK_TIMER_KEY];
-    buf[..key.len()].copy_from_slice(key.as_bytes());
-    buf[key.len()..len].copy_from_slice(TIMER_SUFFIX.as_bytes());
-    f(std::str::from_utf8(&buf[..len]).expect("a str and an ASCII suffix are UTF-8"))
+
+    fn as_str(&self) -> &str {
+        match self {
+            TimerKey::Stack { bytes, len } => std::str::from_utf8(&bytes[..*len])
+                .expect("a str and an ASCII suffix are UTF-8"),
+            TimerKey::Heap(key) => key,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -450,7 +459,7 @@ mod tests {
             &fits,
             &too_long,
         ] {
-            assert_eq!(with_timer_key(key, str::to_owned), format!("{key}:timer"));
+            assert_eq!(TimerKey::of(key).as_str(), format!("{key}:timer"));
         }
     }
 }
