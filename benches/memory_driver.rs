@@ -436,20 +436,21 @@ fn report(since: SystemTime) {
     println!("\n== memory_driver: ns per decision and ratios, this run ==");
     println!("machine: {}", support::machine::describe());
     print_ratio_header();
+    // The flood rows of both thread counts, for the targets after the table.
+    let mut targets = Vec::new();
     for scenario in Scenario::ALL {
         for set in key_sets().map(|keys| keys.name) {
-            for threads in [1, 2] {
-                let (Some(ours), Some(gov), Some(naive)) = (
-                    ns(scenario, set, threads, "suprnova"),
-                    ns(scenario, set, threads, "governor"),
-                    ns(scenario, set, threads, "naive_log"),
-                ) else {
-                    continue;
-                };
-                print_ratio_row(
-                    &format!("{} {set} {threads}t", scenario.name()),
-                    [ours, gov, naive],
-                );
+            let per_thread = [1, 2].map(|threads| {
+                let [ours, gov, naive] = COMPARED.map(|id| ns(scenario, set, threads, id));
+                Some([ours?, gov?, naive?])
+            });
+            for (threads, row) in [1, 2].into_iter().zip(per_thread) {
+                if let Some(row) = row {
+                    print_ratio_row(&format!("{} {set} {threads}t", scenario.name()), row);
+                }
+            }
+            if let (Scenario::Flood, [Some(one), Some(two)]) = (scenario, per_thread) {
+                targets.push((set, [one, two]));
             }
         }
     }
@@ -479,16 +480,8 @@ fn report(since: SystemTime) {
             }
         }
     }
-    for set in key_sets().map(|keys| keys.name) {
-        let per_thread =
-            [1, 2].map(|threads| COMPARED.map(|id| ns(Scenario::Flood, set, threads, id)));
-        if let [
-            [Some(o1), Some(g1), Some(n1)],
-            [Some(o2), Some(g2), Some(n2)],
-        ] = per_thread
-        {
-            check_targets("criterion", set, [[o1, g1, n1], [o2, g2, n2]]);
-        }
+    for (set, per_thread) in targets {
+        check_targets("criterion", set, per_thread);
     }
     if let Some(sweep) =
         support::estimates::nanos_per_iter("memory_driver_sweep", "100k_keys", since)

@@ -418,7 +418,10 @@ const STACK_TIMER_KEY: usize = 128;
 /// `K:timer` of a key, held on the stack when it fits, so that a throttled
 /// request allocates no timer key.
 enum TimerKey {
-    Stack { bytes: [u8; STACK_TIMER_KEY], len: usize },
+    Stack {
+        bytes: [u8; STACK_TIMER_KEY],
+        len: usize,
+    },
     Heap(String),
 }
 
@@ -436,8 +439,9 @@ impl TimerKey {
 
     fn as_str(&self) -> &str {
         match self {
-            TimerKey::Stack { bytes, len } => std::str::from_utf8(&bytes[..*len])
-                .expect("a str and an ASCII suffix are UTF-8"),
+            TimerKey::Stack { bytes, len } => {
+                std::str::from_utf8(&bytes[..*len]).expect("a str and an ASCII suffix are UTF-8")
+            }
             TimerKey::Heap(key) => key,
         }
     }
