@@ -151,16 +151,41 @@ impl fmt::Debug for NamedLimiters {
 /// assert_eq!(keys, ["u1:attempts:3:decay:1", "u1:attempts:5:decay:60", "other"]);
 /// ```
 pub fn apply_fallback_keys(limits: &mut [Limit]) {
-    let mut seen: HashMap<&str, usize> = HashMap::new();
-    for limit in limits.iter() {
-        *seen.entry(limit.key.as_str()).or_default() += 1;
+    // A single limit, what most named limiters return, shares its key with
+    // none: nothing to look at, on every request.
+    if limits.len() < 2 {
+        return;
     }
-    let shared: Vec<bool> = limits.iter().map(|l| seen[l.key.as_str()] > 1).collect();
+    let shared = shared_keys(limits);
     for (limit, shared) in limits.iter_mut().zip(shared) {
         if shared {
             limit.key = limit.fallback_key();
         }
     }
+}
+
+/// Whether each limit's key is another limit's too: pair by pair for the
+/// few limits a named limiter returns (cheaper than hashing each key), by
+/// a count of each key for more.
+fn shared_keys(limits: &[Limit]) -> Vec<bool> {
+    const PAIRWISE_UP_TO: usize = 16;
+    if limits.len() <= PAIRWISE_UP_TO {
+        return limits
+            .iter()
+            .enumerate()
+            .map(|(i, a)| {
+                limits
+                    .iter()
+                    .enumerate()
+                    .any(|(j, b)| i != j && a.key == b.key)
+            })
+            .collect();
+    }
+    let mut seen: HashMap<&str, usize> = HashMap::new();
+    for limit in limits {
+        *seen.entry(limit.key.as_str()).or_default() += 1;
+    }
+    limits.iter().map(|l| seen[l.key.as_str()] > 1).collect()
 }
 
 #[cfg(test)]
@@ -194,6 +219,31 @@ mod tests {
             ["a:attempts:60:decay:60", "a:attempts:1000:decay:86400", "b"]
         );
         assert_eq!(keys(&lent), keys(&wrapped));
+    }
+
+    #[test]
+    fn fallback_keys_for_every_shared_key_in_short_and_long_lists() {
+        // 3 limits compare pair by pair, 40 through a count of each key:
+        // the same rule either way. Every third key appears twice.
+        for count in [1, 2, 3, 16, 17, 40] {
+            let mut limits: Vec<Limit> = (0..count)
+                .map(|i| {
+                    let key = if i % 3 == 1 { i - 1 } else { i };
+                    Limit::per_second(i64::from(i + 1), 60).by(format!("k{key}"))
+                })
+                .collect();
+            apply_fallback_keys(&mut limits);
+            for (i, limit) in (0..count).zip(&limits) {
+                let shared = i % 3 == 1 || (i % 3 == 0 && i + 1 < count);
+                let expected = if shared {
+                    let key = if i % 3 == 1 { i - 1 } else { i };
+                    format!("k{key}:attempts:{}:decay:60", i + 1)
+                } else {
+                    format!("k{i}")
+                };
+                assert_eq!(limit.key, expected, "{count} limits, limit {i}");
+            }
+        }
     }
 
     #[test]

@@ -36,7 +36,7 @@ pub(super) fn caller_on_path_key(request: &Request) -> String {
 /// The key of a named limiter's limit: `<name>:<limit key>`, as Laravel
 /// spells it when it does not hash keys (`global:` for an empty key).
 pub(super) fn named_key(name: &str, limit_key: &str) -> String {
-    format!("{name}:{limit_key}")
+    joined(name, limit_key)
 }
 
 /// `<prefix>:<key>`, or the key alone for an empty prefix. Laravel puts
@@ -46,8 +46,18 @@ pub(super) fn prefixed(prefix: &str, key: String) -> String {
     if prefix.is_empty() {
         key
     } else {
-        format!("{prefix}:{key}")
+        joined(prefix, &key)
     }
+}
+
+/// `<head>:<tail>` in one allocation of the right size (`format!` sizes its
+/// buffer by a guess and grows it, through the formatting machinery).
+fn joined(head: &str, tail: &str) -> String {
+    let mut key = String::with_capacity(head.len() + 1 + tail.len());
+    key.push_str(head);
+    key.push(':');
+    key.push_str(tail);
+    key
 }
 
 #[cfg(test)]
