@@ -6,7 +6,7 @@
 //! benches/instructions.sh        # every subject, per request or decision
 //! ```
 //!
-//! Three kinds of subject:
+//! The subjects:
 //!
 //! - the servers of the `middleware` bench (`none`, `pass_through`,
 //!   `driver_memory`, `throttle_memory`, `throttle_named_memory`):
@@ -35,7 +35,10 @@
 //! - one decision of the memory driver on one full key through
 //!   `Arc<dyn RateLimiterDriver>`, as the middleware holds it: its `async`
 //!   method (`driver_dyn_async`, the future polled once) and
-//!   `acquire_without_waiting` (`driver_dyn_without_waiting`).
+//!   `acquire_without_waiting` (`driver_dyn_without_waiting`);
+//! - an admitted decision's two headers written on a new response
+//!   (`headers_limit_60`, `headers_limit_1000000`): the limit and the places
+//!   left, below the numbers the crate keeps written and above them.
 //!
 //! The script runs each subject under callgrind for two counts, collecting
 //! only inside [`measured`] (the `<count>` requests or decisions), and
@@ -60,6 +63,8 @@ use support::servers::{
     PingRedis, SERVERS, client_addresses, memory_container, redis_container, register_throttle,
     router, serve_in_process,
 };
+use suprnova::HttpResponse;
+use suprnova::decision::Decision;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
 
@@ -80,6 +85,10 @@ const DECIDERS: [&str; 6] = [
     "driver_dyn_async",
     "driver_dyn_without_waiting",
 ];
+/// An admitted decision's two headers written on a new response, for a
+/// limit whose counts the crate keeps written (60) and one whose counts it
+/// writes on each response (1,000,000).
+const HEADER_WRITES: [&str; 2] = ["headers_limit_60", "headers_limit_1000000"];
 const WARM_UP: u64 = 2_000;
 const KEYS: usize = 100_000;
 const LIMIT: u32 = 100;
@@ -89,7 +98,7 @@ fn main() {
     // `cargo bench` runs every bench with `--bench`: nothing to do then.
     let [subject, count] = args.as_slice() else {
         println!(
-            "usage: instructions <subject> <count>, subjects {SERVERS:?} {HTTP_SERVERS:?} {REDIS_SERVERS:?} {DECIDERS:?}; see benches/instructions.sh"
+            "usage: instructions <subject> <count>, subjects {SERVERS:?} {HTTP_SERVERS:?} {REDIS_SERVERS:?} {DECIDERS:?} {HEADER_WRITES:?}; see benches/instructions.sh"
         );
         return;
     };
@@ -104,8 +113,10 @@ fn main() {
         server if SERVERS.contains(&server) => requests(server, count),
         server if HTTP_SERVERS.contains(&server) => http_requests(&server["http_".len()..], count),
         server if REDIS_SERVERS.contains(&server) => redis_requests(server, count),
+        "headers_limit_60" => header_writes(60, count),
+        "headers_limit_1000000" => header_writes(1_000_000, count),
         other => panic!(
-            "no subject {other}; subjects {SERVERS:?} {HTTP_SERVERS:?} {REDIS_SERVERS:?} {DECIDERS:?}"
+            "no subject {other}; subjects {SERVERS:?} {HTTP_SERVERS:?} {REDIS_SERVERS:?} {DECIDERS:?} {HEADER_WRITES:?}"
         ),
     }
 }
@@ -118,6 +129,21 @@ fn requests(server: &str, count: u64) {
     let router = router(server);
     runtime.block_on(app.scope(serve_in_process(&router, &clients, WARM_UP)));
     measured(|| runtime.block_on(app.scope(serve_in_process(&router, &clients, count))));
+}
+
+/// `count` times: a new response, an admitted decision's headers on it
+/// (`X-RateLimit-Limit: <limit>`, `X-RateLimit-Remaining: <limit - 1>`), and
+/// the response dropped.
+fn header_writes(limit: u64, count: u64) {
+    let write = |times: u64| {
+        for _ in 0..times {
+            let mut response = HttpResponse::text("ok");
+            Decision::allowed(black_box(limit), black_box(limit - 1)).apply_headers(&mut response);
+            black_box(response);
+        }
+    };
+    write(WARM_UP);
+    measured(|| write(count));
 }
 
 /// Runs `work`: the script counts the instructions inside this function

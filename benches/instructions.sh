@@ -3,7 +3,8 @@
 # over HTTP on loopback (server and client together), of the servers on a
 # redis-server the bench starts (this process only), per decision of the
 # memory driver and governor over 100,000 keys and on one hot key, and per
-# decision of the memory driver through `Arc<dyn RateLimiterDriver>`
+# decision of the memory driver through `Arc<dyn RateLimiterDriver>`, and per
+# response of a decision's two headers
 # (benches/instructions.rs),
 # counted by valgrind's callgrind: the same count on a busy machine as on a
 # quiet one, for the same binary. Each subject runs for two counts, with
@@ -56,6 +57,10 @@ for server in ping_redis driver_redis throttle_redis; do
     n=$(per "$server" 5000)
     ping=${ping:-$n}
     printf '%-22s %12d %12d %12d\n' "$server" "$n" "$((n - in_process_none))" "$((n - ping))"
+done
+printf '\n%-28s %12s\n' "headers, on a new response" "per response"
+for writes in headers_limit_60 headers_limit_1000000; do
+    printf '%-28s %12d\n' "$writes" "$(per "$writes" 100000)"
 done
 printf '\n%-28s %12s\n' limiter "per decision"
 for decider in driver_decision governor_decision driver_hot_key governor_hot_key driver_dyn_async driver_dyn_without_waiting; do
