@@ -370,7 +370,11 @@ mod tests {
     fn a_request_stays_small_to_move() {
         // Moved into every middleware's and handler's future: its parts
         // live on the heap (see the field's comment).
-        assert!(size_of::<Request>() <= 160, "{} bytes", size_of::<Request>());
+        assert!(
+            size_of::<Request>() <= 160,
+            "{} bytes",
+            size_of::<Request>()
+        );
     }
 
     #[test]
