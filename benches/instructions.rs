@@ -47,6 +47,12 @@
 //! millions of instructions from one run to the next (the clock's
 //! calibration against the system clock runs for a set time), which a
 //! difference of whole-program counts spread over every request.
+//!
+//! `benches/instructions.sh --cache` runs the servers again with callgrind
+//! simulating a Zen 3 core's caches, and prints the lines of code and of
+//! data each request brings into the first-level caches: over HTTP a
+//! request's code alternates with hyper's and the client's, and every line
+//! a limiter runs through is fetched again for each request.
 
 mod support;
 

@@ -13,6 +13,18 @@
 # in count is one request or decision, without start-up, warm-up or filling.
 #
 #   benches/instructions.sh
+#   benches/instructions.sh --cache   # the servers only, with the cache
+#                                     # lines each request fetches
+#
+# With --cache, callgrind also simulates a processor's caches (32 KiB
+# 8-way instruction and data caches and a 512 KiB 8-way second level: a
+# Zen 3 core's) and the script prints, beside each server's instructions a
+# request, the lines it fetched into the first-level instruction and data
+# caches. A request in process runs the same code thousands of times in a
+# row, and its lines stay in the caches; served over HTTP, the request's
+# code alternates with hyper's and the client's, and every line a limiter
+# adds is fetched again for each request. The count depends on where the
+# linker put each function, so it moves by a few percent between builds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +38,40 @@ count() {
         --collect-atstart=no --toggle-collect='instructions::measured*' "$bin" "$1" "$2" 2>&1 |
         awk '/Collected/ { print $4 }'
 }
+
+# cache_counts <subject> <count>: instructions, instruction-cache misses and
+# data-cache misses (reads and writes) inside `measured`
+cache_counts() {
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null --cache-sim=yes \
+        --I1=32768,8,64 --D1=32768,8,64 --LL=524288,8,64 \
+        --collect-atstart=no --toggle-collect='instructions::measured*' "$bin" "$1" "$2" 2>&1 |
+        awk '/Collected/ { print $4, $7, $8 + $9 }'
+}
+
+# cache_per <subject> <smaller count>: the three counts per unit between the
+# count and twice the count
+cache_per() {
+    local short long
+    read -r -a short <<<"$(cache_counts "$1" "$2")"
+    read -r -a long <<<"$(cache_counts "$1" $(($2 * 2)))"
+    echo $(((long[0] - short[0]) / $2)) $(((long[1] - short[1]) / $2)) $(((long[2] - short[2]) / $2))
+}
+
+if [ "${1:-}" = "--cache" ]; then
+    for group in "in process" "over HTTP"; do
+        printf '%-22s %12s %12s %12s %14s %14s\n' "$group" instructions "code lines" "data lines" "code over none" "data over none"
+        base=()
+        for server in none pass_through driver_memory throttle_memory; do
+            if [ "$group" = "over HTTP" ]; then subject=http_$server count=2000; else subject=$server count=5000; fi
+            read -r -a n <<<"$(cache_per "$subject" "$count")"
+            [ ${#base[@]} -eq 0 ] && base=("${n[@]}")
+            printf '%-22s %12d %12d %12d %14d %14d\n' "$server" "${n[0]}" "${n[1]}" "${n[2]}" \
+                $((n[1] - base[1])) $((n[2] - base[2]))
+        done
+        echo
+    done
+    exit 0
+fi
 
 # per <subject> <smaller count>: instructions per unit between the count and
 # twice the count
