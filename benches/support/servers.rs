@@ -143,3 +143,30 @@ pub async fn serve_in_process(router: &Router, clients: &[SocketAddr], count: u6
     }
     start.elapsed()
 }
+
+/// `count` requests as [`serve_in_process`] sends them, each after reading
+/// `evict` through, one byte a cache line: a request finds its code and
+/// data gone from the core's first- and second-level caches, as a server's
+/// other work (the kernel's, hyper's, the client's) leaves them between two
+/// requests. The time the requests took, without the reads.
+pub async fn serve_in_process_evicted(
+    router: &Router,
+    clients: &[SocketAddr],
+    count: u64,
+    evict: &[u8],
+) -> Duration {
+    let mut took = Duration::ZERO;
+    for i in 0..count as usize {
+        let sum = evict
+            .iter()
+            .step_by(64)
+            .fold(0u8, |sum, byte| sum.wrapping_add(*byte));
+        std::hint::black_box(sum);
+        let start = Instant::now();
+        let request = http::Request::get("/").body(String::new()).unwrap();
+        let response = handle_request_with_peer(router, request, clients[i % clients.len()]).await;
+        took += start.elapsed();
+        assert_eq!(response.status_code(), 200);
+    }
+    took
+}
