@@ -33,19 +33,26 @@ command -v redis-server >/dev/null || { echo "missing redis-server: apt-get inst
 bin=$(cargo bench --bench instructions --no-run 2>&1 |
     grep -o 'target/release/deps/instructions-[0-9a-f]*' | tail -1)
 
+# collected <subject> <count> [valgrind options]: callgrind's line of the
+# counts collected inside `measured` (instructions, then with --cache-sim
+# the cache accesses and misses)
+collected() {
+    local subject=$1 units=$2
+    shift 2
+    valgrind --tool=callgrind --callgrind-out-file=/dev/null "$@" \
+        --collect-atstart=no --toggle-collect='instructions::measured*' "$bin" "$subject" "$units" 2>&1 |
+        grep Collected
+}
+
 count() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null \
-        --collect-atstart=no --toggle-collect='instructions::measured*' "$bin" "$1" "$2" 2>&1 |
-        awk '/Collected/ { print $4 }'
+    collected "$1" "$2" | awk '{ print $4 }'
 }
 
 # cache_counts <subject> <count>: instructions, instruction-cache misses and
 # data-cache misses (reads and writes) inside `measured`
 cache_counts() {
-    valgrind --tool=callgrind --callgrind-out-file=/dev/null --cache-sim=yes \
-        --I1=32768,8,64 --D1=32768,8,64 --LL=524288,8,64 \
-        --collect-atstart=no --toggle-collect='instructions::measured*' "$bin" "$1" "$2" 2>&1 |
-        awk '/Collected/ { print $4, $7, $8 + $9 }'
+    collected "$1" "$2" --cache-sim=yes --I1=32768,8,64 --D1=32768,8,64 --LL=524288,8,64 |
+        awk '{ print $4, $7, $8 + $9 }'
 }
 
 # cache_per <subject> <smaller count>: the three counts per unit between the

@@ -89,6 +89,7 @@ pub(crate) fn cleaned(key: &str) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limiter::entities;
 
     #[test]
     fn the_table_keeps_ascii_but_the_five_encoded_characters() {
@@ -97,7 +98,6 @@ mod tests {
             assert_eq!(KEPT_AS_IS[usize::from(b)], expected, "byte {b}");
         }
     }
-    use crate::limiter::entities;
 
     /// The character to letter table observed from PHP's own run of
     /// `htmlentities` plus Laravel's regex, written out independently of the
