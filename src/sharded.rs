@@ -18,25 +18,20 @@
 //! takes a few instructions fewer.
 //!
 //! A lookup on a large map misses the caches, and what it costs is how many
-//! cache lines it touches and whether the processor saw them coming. So a
-//! key is hashed once, for both the shard and its place in the shard's
-//! index, and each entry, a slot, holds the key (up to 24 bytes inline)
-//! and its value side by side, 64 bytes, in a heap block of its own; the
-//! index holds a control byte and the block's address a key. A lookup reads
-//! the index, which stays in the caches far longer than the slots would,
-//! and one slot. Blocks allocated one after the other lie one after the
-//! other, so the slots of keys that came together lie together whatever
-//! shard each key hashes to, and a run of calls over them reads memory in
-//! one order, which the processor fetches ahead. When each shard kept its
-//! slots in an array of its own, in the order its keys came, such a run
-//! read 64 orders at once, one a shard, more than a processor follows: over
-//! 100,000 keys called in the order they came, a decision took 1.30x to
-//! 1.54x as long as governor's keyed limiter, and 0.85x to 0.98x with a
-//! block a slot, in any other order about the same (docs/performance.md).
-//! The block costs the allocator's header, about 24 bytes a key more
-//! (323 bytes for a key at 100 hits, from 299), and the sweep, which visits
-//! the slots in the index's order, reads each block apart. A key's block
-//! is freed when the key goes, and nothing moves when an index grows.
+//! cache lines it touches. So a key is hashed once, for both the shard and
+//! its place in the shard's table, and each slot is one cache line of its
+//! own holding the key (up to 24 bytes inline) and its value side by side.
+//! The slots sit one after the other in the order their keys came, and a
+//! small index (a control byte and a 4-byte slot number a key) finds them:
+//! a lookup reads the index, which stays in the caches far longer than the
+//! slots would, and one slot's line. Keys that came together sit together,
+//! so a run of calls over them reads memory in order, which the processor
+//! fetches ahead; and the slots fill their allocation, where a table of
+//! whole slots keeps up to half of them empty. Over 100,000 keys called in
+//! the order they came, a decision took about a third less time than with
+//! the slots in the hash table itself, in any other order about the same,
+//! and a key at 100 hits takes 299 bytes instead of 361 (the memory driver
+//! and memory footprint benches, docs/performance-history.md).
 
 use std::cell::Cell;
 use std::hash::BuildHasher;
@@ -51,28 +46,30 @@ use parking_lot::{Mutex, MutexGuard};
 /// `user:<id>`) lives inside the slot itself.
 pub(crate) type Key = CompactString;
 
-/// One entry of a shard's table: a key and its value, in a heap block of
-/// their own.
+/// One entry of a shard's table: a key and its value on one cache line.
 ///
-/// The two fill 64 bytes, a cache line, when a value takes 40;
-/// [`ShardedMap::new`] refuses to compile for a bigger one.
+/// The line holds 64 bytes, so a value fits in 40; [`ShardedMap::new`]
+/// refuses to compile for a bigger one.
+#[repr(align(64))]
 #[derive(Debug)]
 pub(crate) struct Slot<V> {
     pub(crate) key: Key,
     pub(crate) value: V,
 }
 
-/// The slots of one shard, each in its own heap block, and an index from a
-/// key's hash to its slot.
+/// The slots of one shard, in the order their keys came (a removal moves
+/// the last slot into the hole), and an index from a key's hash to its slot.
 #[derive(Debug)]
 pub(crate) struct Table<V> {
-    index: HashTable<Box<Slot<V>>>,
+    index: HashTable<u32>,
+    slots: Vec<Slot<V>>,
 }
 
 impl<V> Default for Table<V> {
     fn default() -> Self {
         Self {
             index: HashTable::new(),
+            slots: Vec::new(),
         }
     }
 }
@@ -80,72 +77,99 @@ impl<V> Default for Table<V> {
 impl<V> Table<V> {
     /// How many entries the table holds.
     pub(crate) fn len(&self) -> usize {
-        self.index.len()
+        self.slots.len()
     }
 
     /// The entries, in no promised order.
     #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = &Slot<V>> {
-        self.index.iter().map(|slot| &**slot)
+        self.slots.iter()
     }
 
-    /// The bytes the index has allocated (each slot's block is apart).
+    /// The bytes the table has allocated.
     #[cfg(test)]
     pub(crate) fn allocated_bytes(&self) -> usize {
-        self.index.allocation_size()
+        self.slots.capacity() * size_of::<Slot<V>>()
+            + self.index.capacity() * 8 / 7 * (size_of::<u32>() + 1)
     }
 
-    /// Where `key`'s slot is in the index.
     fn position(&self, hash: u64, key: &str) -> Option<usize> {
-        self.index.find_bucket_index(hash, |slot| slot.key == key)
+        let slots = &self.slots;
+        self.index
+            .find(hash, |&i| slots[i as usize].key == key)
+            .map(|&i| i as usize)
     }
 
-    /// The slot at `at`, which [`position`](Self::position) or
-    /// [`insert`](Self::insert) gave with nothing changed since.
-    fn slot(&self, at: usize) -> &Slot<V> {
-        self.index.get_bucket(at).expect("the slot found")
-    }
-
-    /// The slot at `at`, as for [`slot`](Self::slot), to change.
-    fn slot_mut(&mut self, at: usize) -> &mut Slot<V> {
-        self.index.get_bucket_mut(at).expect("the slot found")
-    }
-
-    /// Gives `key` `value`; where its slot is.
+    /// Gives `key` `value`; the key's slot.
     fn insert(&mut self, hash: u64, key: &str, value: V, hasher: &RandomState) -> usize {
+        let slots = &mut self.slots;
         match self.index.entry(
             hash,
-            |slot| slot.key == key,
-            |slot| hasher.hash_one(slot.key.as_str()),
+            |&i| slots[i as usize].key == key,
+            |&i| hasher.hash_one(slots[i as usize].key.as_str()),
         ) {
-            Entry::Occupied(mut at) => {
-                at.get_mut().value = value;
-                at.bucket_index()
+            Entry::Occupied(at) => {
+                let at = *at.get() as usize;
+                slots[at].value = value;
+                at
             }
-            Entry::Vacant(place) => place
-                .insert(Box::new(Slot {
+            Entry::Vacant(place) => {
+                place.insert(u32::try_from(slots.len()).expect("a shard holds under 2^32 keys"));
+                slots.push(Slot {
                     key: key.into(),
                     value,
-                }))
-                .bucket_index(),
+                });
+                slots.len() - 1
+            }
         }
     }
 
-    fn remove(&mut self, hash: u64, key: &str) -> Option<V> {
-        let (slot, _) = self
+    fn remove(&mut self, hash: u64, key: &str, hasher: &RandomState) -> Option<V> {
+        let slots = &self.slots;
+        let (at, _) = self
             .index
-            .find_entry(hash, |slot| slot.key == key)
+            .find_entry(hash, |&i| slots[i as usize].key == key)
             .ok()?
             .remove();
-        Some(slot.value)
+        Some(self.take(at as usize, hasher))
+    }
+
+    /// Takes the slot at `at` out, its index entry already gone: the last
+    /// slot moves into its place.
+    fn take(&mut self, at: usize, hasher: &RandomState) -> V {
+        let last = self.slots.len() - 1;
+        if at != last {
+            let moved = hasher.hash_one(self.slots[last].key.as_str());
+            *self
+                .index
+                .find_mut(moved, |&i| i as usize == last)
+                .expect("every slot has its index entry") = at as u32;
+        }
+        self.slots.swap_remove(at).value
     }
 
     fn retain(&mut self, mut keep: impl FnMut(&str, &mut V) -> bool, hasher: &RandomState) {
-        self.index.retain(|slot| keep(&slot.key, &mut slot.value));
-        let len = self.index.len();
-        if self.index.capacity() > 64 && len * 4 < self.index.capacity() {
+        let mut at = 0;
+        while at < self.slots.len() {
+            let slot = &mut self.slots[at];
+            if keep(&slot.key, &mut slot.value) {
+                at += 1;
+                continue;
+            }
+            let hash = hasher.hash_one(slot.key.as_str());
             self.index
-                .shrink_to(len * 2, |slot| hasher.hash_one(slot.key.as_str()));
+                .find_entry(hash, |&i| i as usize == at)
+                .expect("every slot has its index entry")
+                .remove();
+            self.take(at, hasher);
+        }
+        let len = self.slots.len();
+        if self.slots.capacity() > 64 && len * 4 < self.slots.capacity() {
+            self.slots.shrink_to(len * 2);
+            let slots = &self.slots;
+            self.index.shrink_to(len * 2, |&i| {
+                hasher.hash_one(slots[i as usize].key.as_str())
+            });
         }
     }
 }
@@ -171,8 +195,8 @@ impl<V> ShardedMap<V> {
     pub(crate) fn new(count: usize) -> Self {
         const {
             assert!(
-                size_of::<Slot<V>>() <= 64,
-                "a sharded map's value must fit in 40 bytes, so that it and its key fill no more than a cache line"
+                size_of::<Slot<V>>() == 64,
+                "a sharded map's value must fit in 40 bytes, beside its key on one cache line"
             )
         };
         let count = count.max(1).next_power_of_two();
@@ -296,13 +320,13 @@ impl<V> Locked<'_, '_, V> {
     /// The key's value, if it has one.
     pub(crate) fn get(&self) -> Option<&V> {
         let at = self.slot()?;
-        Some(&self.table.slot(at).value)
+        Some(&self.table.slots[at].value)
     }
 
     /// The key's value to change, if it has one.
     pub(crate) fn get_mut(&mut self) -> Option<&mut V> {
         let at = self.slot()?;
-        Some(&mut self.table.slot_mut(at).value)
+        Some(&mut self.table.slots[at].value)
     }
 
     /// Gives the key `value`, in place of the one it had.
@@ -314,7 +338,7 @@ impl<V> Locked<'_, '_, V> {
     /// Takes the key's value out of the map.
     pub(crate) fn remove(&mut self) -> Option<V> {
         self.slot.set(Some(None));
-        self.table.remove(self.hash, self.key)
+        self.table.remove(self.hash, self.key, self.hasher)
     }
 
     /// The key's slot, looked up on the first call.
@@ -417,11 +441,12 @@ mod tests {
     }
 
     #[test]
-    fn after_removals_every_other_key_is_still_found() {
+    fn a_removal_moves_the_last_slot_and_every_key_is_still_found() {
         let map: ShardedMap<u32> = ShardedMap::new(1);
         for k in 0..10_u32 {
             map.lock(&format!("k{k}")).insert(k);
         }
+        // k0's slot takes k9, the last; k5's takes k8.
         assert_eq!(map.lock("k0").remove(), Some(0));
         assert_eq!(map.lock("k5").remove(), Some(5));
         map.retain(|_, v| *v != 9);
@@ -490,7 +515,8 @@ mod tests {
     }
 
     #[test]
-    fn a_slot_with_a_40_byte_value_is_one_cache_line() {
-        assert_eq!(size_of::<Slot<[u64; 5]>>(), 64);
+    fn a_slot_is_one_cache_line() {
+        assert_eq!(size_of::<Slot<u64>>(), 64);
+        assert_eq!(align_of::<Slot<u64>>(), 64);
     }
 }

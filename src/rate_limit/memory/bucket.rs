@@ -203,7 +203,7 @@ const IN_SECONDS: u32 = 1 << 31;
 /// where it saturates). Rounding up means a sweep drops a bucket at most a
 /// second late, never early; the calls themselves trim with the exact window
 /// they are given. Eight bytes less in each bucket lets a key and its bucket
-/// share one 64-byte slot, a cache line's size.
+/// share one 64-byte slot: one cache line.
 fn pack_window(window_ms: u64) -> u32 {
     if window_ms < EXACT_WINDOW_MS {
         window_ms as u32
@@ -299,8 +299,9 @@ mod tests {
         assert_eq!(bucket.heap_bytes(), 16 + 99 * 2);
     }
 
-    // The bucket sits in every slot, beside the key, and the two fill 64
-    // bytes: its size is paid once per key.
+    // The bucket sits in every slot of a shard table, beside the key, and
+    // the two share one cache line: its size is paid once per key, in the
+    // table.
     #[test]
     fn a_bucket_takes_40_bytes_in_its_table_slot() {
         assert_eq!(size_of::<Bucket>(), 40);

@@ -2,8 +2,8 @@
 //!
 //! A `VecDeque<u16>` would do, but it spends 32 bytes on its handle
 //! (pointer, capacity, head, length, each a `usize`), and that handle sits
-//! in every slot of the shards, next to the key, where a slot is 64 bytes.
-//! This ring keeps its capacity in the heap block with the words
+//! in every slot of the shard tables, next to the key, where a slot is one
+//! cache line. This ring keeps its capacity in the heap block with the words
 //! (a `ThinVec`, one pointer) and the head and length as `u32`: 16 bytes,
 //! which lets a key, its bucket and the ring's handle share 64 bytes.
 

@@ -123,7 +123,7 @@ mod tests {
                 } else {
                     0
                 };
-                bytes += block(size_of_val(slot)) + key_heap + block(slot.value.heap_bytes());
+                bytes += key_heap + block(slot.value.heap_bytes());
             }
         });
         let per_key = bytes / keys;
