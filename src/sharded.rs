@@ -21,17 +21,22 @@
 //! cache lines it touches. So a key is hashed once, for both the shard and
 //! its place in the shard's table, and each slot is one cache line of its
 //! own holding the key (up to 24 bytes inline) and its value side by side.
-//! The slots sit one after the other in the order their keys came, and a
-//! small index (a control byte and a 4-byte slot number a key) finds them:
-//! a lookup reads the index, which stays in the caches far longer than the
-//! slots would, and one slot's line. Keys that came together sit together,
-//! so a run of calls over them reads memory in order, which the processor
-//! fetches ahead; and the slots fill their allocation, where a table of
-//! whole slots keeps up to half of them empty. Over 100,000 keys called in
-//! the order they came, a decision took about a third less time than with
-//! the slots in the hash table itself, in any other order about the same,
-//! and a key at 100 hits takes 299 bytes instead of 361 (the memory driver
-//! and memory footprint benches, docs/performance-history.md).
+//! A shard's slots sit one after the other in the order their keys came,
+//! and a small index (a control byte and a 4-byte slot number a key) finds
+//! them: a lookup reads the index, which stays in the caches far longer
+//! than the slots would, and one slot's line. Keys of one shard that came
+//! together sit together, so a run of calls over them reads memory in
+//! order, which the processor fetches ahead; and the slots fill their
+//! allocation, where a table of whole slots keeps up to half of them
+//! empty. Over 100,000 keys called in the order they came, a decision took
+//! about a third less time than with the slots in the hash table itself,
+//! in any other order about the same, and a key at 100 hits takes 299
+//! bytes instead of 361 (the memory driver and memory footprint benches,
+//! docs/performance-history.md). Such a run reads one order a shard, 64
+//! at once, which some processors follow and others do not; a heap block
+//! a slot, which makes it one order whatever the shard, cost more on calls
+//! in no order than it saved (docs/performance.md, the thirteenth
+//! session).
 
 use std::cell::Cell;
 use std::hash::BuildHasher;
