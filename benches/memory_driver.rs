@@ -37,7 +37,10 @@
 //! stated in (docs/performance.md), and then measures the flood cases once
 //! more with the contenders taking turns in short runs, which a machine
 //! whose speed drifts disturbs less (see `alternating`). After each of the
-//! two, a `target:` line a target says whether this run met it.
+//! two, a `target:` line a target says whether this run met it. Last, the
+//! 100,000 keys once more on one fake clock and one thread, by the
+//! driver's count of shards beside governor (`by_shard_count`): how many
+//! ordered streams of slots this machine's prefetching follows.
 
 mod support;
 
@@ -580,40 +583,22 @@ fn alternating() {
             contender.fill(&keys.first_seen);
             contender
         });
-        // (contender, threads) of each run, and its ns per decision a round.
-        let runs: Vec<(usize, usize)> =
-            (0..COMPARED.len()).flat_map(|c| [(c, 1), (c, 2)]).collect();
-        let mut samples = vec![Vec::with_capacity(ALTERNATING_ROUNDS); runs.len()];
-        for round in 0..ALTERNATING_ROUNDS {
-            for turn in 0..runs.len() {
-                let run = (round + turn) % runs.len();
-                let (contender, threads) = runs[run];
-                let contender = &contenders[contender];
-                // One pass over the keys first, untimed, so that the run
-                // finds its data in the caches, as criterion's runs do,
-                // rather than where the other contenders' runs left it.
-                contender.run_threads(&keys.walk, threads, keys.walk.len() as u64);
-                let elapsed = contender.run_threads(&keys.walk, threads, ALTERNATING_DECISIONS);
-                samples[run].push(elapsed.as_nanos() as f64 / ALTERNATING_DECISIONS as f64);
-            }
-        }
-        let median = |contender: usize, threads: usize| {
-            let run = runs
-                .iter()
-                .position(|&r| r == (contender, threads))
-                .unwrap();
-            let mut ns = samples[run].clone();
-            ns.sort_by(f64::total_cmp);
-            ns[ns.len() / 2]
-        };
-        let per_thread = [1, 2].map(|threads| [0, 1, 2].map(|c| median(c, threads)));
+        // Each contender on one thread and on two.
+        let runs: Vec<(&Contender, usize)> = contenders
+            .iter()
+            .flat_map(|contender| [(contender, 1), (contender, 2)])
+            .collect();
+        let samples = in_turns(&runs, &keys.walk);
+        let median_of =
+            |contender: usize, threads: usize| median(&samples[contender * 2 + threads - 1]);
+        let per_thread = [1, 2].map(|threads| [0, 1, 2].map(|c| median_of(c, threads)));
         for (threads, ns) in [1, 2].into_iter().zip(per_thread) {
             print_ratio_row(&format!("flood {} {threads}t", keys.name), ns);
         }
         targets.push((keys.name, per_thread));
         for (c, name) in COMPARED.iter().enumerate() {
             let case = format!("flood {}", keys.name);
-            scaling.push(scaling_line(&case, name, median(c, 1), median(c, 2)));
+            scaling.push(scaling_line(&case, name, median_of(c, 1), median_of(c, 2)));
         }
     }
     for line in scaling {
@@ -624,6 +609,81 @@ fn alternating() {
     }
 }
 
+/// Runs each of `runs` (a contender and its count of threads) over `walk`
+/// in [`ALTERNATING_ROUNDS`] rounds, the runs taking turns, each round
+/// starting one further down the list; each run's ns per decision, a round.
+fn in_turns(runs: &[(&Contender, usize)], walk: &[String]) -> Vec<Vec<f64>> {
+    let mut samples = vec![Vec::with_capacity(ALTERNATING_ROUNDS); runs.len()];
+    for round in 0..ALTERNATING_ROUNDS {
+        for turn in 0..runs.len() {
+            let run = (round + turn) % runs.len();
+            let (contender, threads) = runs[run];
+            // One pass over the keys first, untimed, so that the run finds
+            // its data in the caches, as criterion's runs do, rather than
+            // where the other contenders' runs left it.
+            contender.run_threads(walk, threads, walk.len() as u64);
+            let elapsed = contender.run_threads(walk, threads, ALTERNATING_DECISIONS);
+            samples[run].push(elapsed.as_nanos() as f64 / ALTERNATING_DECISIONS as f64);
+        }
+    }
+    samples
+}
+
+/// The median of `ns`.
+fn median(ns: &[f64]) -> f64 {
+    let mut ns = ns.to_vec();
+    ns.sort_by(f64::total_cmp);
+    ns[ns.len() / 2]
+}
+
+/// The driver's shard counts [`by_shard_count`] measures; 64 is its default.
+const SHARD_COUNTS: [usize; 4] = [1, 4, 16, 64];
+
+/// The 100,000 keys on one thread and one frozen fake clock, walked in
+/// first-seen and in shuffled order, by the driver built on each of
+/// [`SHARD_COUNTS`] shards and by governor, the contenders taking turns as
+/// in [`alternating`]. A shard keeps its slots in the order its keys came,
+/// so the first-seen walk reads one ordered stream of slots a shard: the
+/// table shows how many such streams this processor's prefetching follows,
+/// where the shuffled walk, which no prefetching helps, should not move
+/// with the count. No target is checked here.
+fn by_shard_count() {
+    println!(
+        "\n== memory_driver, flood_fake_clock, one thread, by the driver's shard count: \
+         {ALTERNATING_ROUNDS} rounds of {ALTERNATING_DECISIONS} decisions per contender, \
+         median ns per decision =="
+    );
+    print!("{:<40}", "case");
+    for count in SHARD_COUNTS {
+        let shards = if count == 1 { "shard" } else { "shards" };
+        print!(" {:>10}", format!("{count} {shards}"));
+    }
+    println!(" {:>10}", "governor");
+    for keys in key_sets().into_iter().filter(|keys| keys.name != "hot_key") {
+        let clock = FakeClock::at_unix(1_700_000_000);
+        let mut contenders: Vec<Contender> = SHARD_COUNTS
+            .iter()
+            .map(|&count| Contender {
+                limiter: Limiter::Suprnova(driver_on(&clock).with_shards(count)),
+                tick: Tick::Ours(clock.clone()),
+                scenario: Scenario::FloodFakeClock,
+                cursor: AtomicUsize::new(0),
+            })
+            .collect();
+        contenders.push(Contender::build("governor", Scenario::FloodFakeClock));
+        for contender in &contenders {
+            contender.fill(&keys.first_seen);
+        }
+        let runs: Vec<(&Contender, usize)> =
+            contenders.iter().map(|contender| (contender, 1)).collect();
+        print!("{:<40}", format!("flood_fake_clock {} 1t", keys.name));
+        for ns in in_turns(&runs, &keys.walk) {
+            print!(" {:>10.1}", median(&ns));
+        }
+        println!();
+    }
+}
+
 fn main() {
     let since = SystemTime::now();
     let mut criterion = support::criterion(Duration::from_secs(3));
@@ -631,4 +691,5 @@ fn main() {
     criterion.final_summary();
     report(since);
     alternating();
+    by_shard_count();
 }
