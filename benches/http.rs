@@ -310,7 +310,7 @@ fn main() {
     let cpu_per_request: Vec<f64> = results
         .iter()
         .map(|(_, loads)| {
-            let mut cpu: Vec<f64> = loads
+            let cpu: Vec<f64> = loads
                 .iter()
                 .map(|l| {
                     l.process_cpu_us
@@ -321,8 +321,7 @@ fn main() {
                         }
                 })
                 .collect();
-            cpu.sort_by(f64::total_cmp);
-            cpu[cpu.len() / 2]
+            support::median(&cpu)
         })
         .collect();
     // The median round of each server, by rate, and its slowest and

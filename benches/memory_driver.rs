@@ -589,8 +589,9 @@ fn alternating() {
             .flat_map(|contender| [(contender, 1), (contender, 2)])
             .collect();
         let samples = in_turns(&runs, &keys.walk);
-        let median_of =
-            |contender: usize, threads: usize| median(&samples[contender * 2 + threads - 1]);
+        let median_of = |contender: usize, threads: usize| {
+            support::median(&samples[contender * 2 + threads - 1])
+        };
         let per_thread = [1, 2].map(|threads| [0, 1, 2].map(|c| median_of(c, threads)));
         for (threads, ns) in [1, 2].into_iter().zip(per_thread) {
             print_ratio_row(&format!("flood {} {threads}t", keys.name), ns);
@@ -627,13 +628,6 @@ fn in_turns(runs: &[(&Contender, usize)], walk: &[String]) -> Vec<Vec<f64>> {
         }
     }
     samples
-}
-
-/// The median of `ns`.
-fn median(ns: &[f64]) -> f64 {
-    let mut ns = ns.to_vec();
-    ns.sort_by(f64::total_cmp);
-    ns[ns.len() / 2]
 }
 
 /// The driver's shard counts [`by_shard_count`] measures; 64 is its default.
@@ -678,7 +672,7 @@ fn by_shard_count() {
             contenders.iter().map(|contender| (contender, 1)).collect();
         print!("{:<40}", format!("flood_fake_clock {} 1t", keys.name));
         for ns in in_turns(&runs, &keys.walk) {
-            print!(" {:>10.1}", median(&ns));
+            print!(" {:>10.1}", support::median(&ns));
         }
         println!();
     }

@@ -149,13 +149,7 @@ fn evicted() {
             }
         }
     }
-    let medians: Vec<f64> = rounds
-        .iter_mut()
-        .map(|ns| {
-            ns.sort_by(f64::total_cmp);
-            ns[ns.len() / 2]
-        })
-        .collect();
+    let medians: Vec<f64> = rounds.iter().map(|ns| support::median(ns)).collect();
     println!(
         "\n== middleware in process, 4 MiB read before each request: ns per request, median of {EVICTED_ROUNDS} rounds of {EVICTED_REQUESTS} =="
     );

@@ -33,6 +33,14 @@ pub fn current_thread_runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
+/// The middle value of `values` (the upper of the two middle ones when
+/// their count is even): the median round or run the benches report.
+pub fn median(values: &[f64]) -> f64 {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted[sorted.len() / 2]
+}
+
 /// The number in the environment variable `name`, or `default`.
 pub fn env_number(name: &str, default: u64) -> u64 {
     std::env::var(name)
