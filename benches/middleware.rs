@@ -98,7 +98,7 @@ fn report(since: SystemTime) {
     };
     let none_2 = ns("none_2_threads");
     println!(
-        "{:<18} {:>10} {:>14} {:>22} {:>14}",
+        "{:<22} {:>10} {:>14} {:>22} {:>14}",
         "server", "ns", "over none", "ns, 2 threads at once", "over none"
     );
     for server in SERVERS {
@@ -109,7 +109,7 @@ fn report(since: SystemTime) {
                 _ => ("-".into(), "-".into()),
             };
             println!(
-                "{server:<18} {took:>10.0} {:>14.0} {two:>22} {two_over:>14}",
+                "{server:<22} {took:>10.0} {:>14.0} {two:>22} {two_over:>14}",
                 took - none
             );
         }
