@@ -48,8 +48,8 @@ use std::collections::{HashMap, VecDeque};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Barrier, Mutex};
-use std::time::{Duration, Instant, SystemTime};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, measurement::WallTime};
 use futures_util::FutureExt;
@@ -268,30 +268,9 @@ impl Contender {
     /// the wall time they took, so criterion's time per iteration is the
     /// time per decision of the whole process.
     fn run_threads(&self, keys: &[String], threads: usize, iters: u64) -> Duration {
-        if threads == 1 {
-            let start = Instant::now();
-            let stop = self.run(keys, self.cursor.load(Ordering::Relaxed), iters);
-            let elapsed = start.elapsed();
-            self.cursor.store(stop, Ordering::Relaxed);
-            return elapsed;
-        }
-        let barrier = Barrier::new(threads + 1);
-        std::thread::scope(|scope| {
-            for t in 0..threads {
-                let barrier = &barrier;
-                // Each thread starts at its own part of the key set, so two
-                // threads on many keys rarely decide one key at once.
-                let offset = t * keys.len() / threads;
-                scope.spawn(move || {
-                    barrier.wait();
-                    self.run(keys, offset, iters / threads as u64);
-                });
-            }
-            barrier.wait();
-            // The scope joins the threads before it returns.
-            Instant::now()
+        support::walks::on_threads(keys.len(), threads, iters, &self.cursor, |start, count| {
+            self.run(keys, start, count)
         })
-        .elapsed()
     }
 }
 
@@ -331,24 +310,10 @@ fn key_sets() -> [KeySet; 3] {
         KeySet::in_order("100k_keys", many.clone()),
         KeySet {
             name: "100k_keys_shuffled",
-            walk: shuffled(&many),
+            walk: support::walks::shuffled(&many),
             first_seen: many,
         },
     ]
-}
-
-/// `keys` in a fixed pseudo-random order (xorshift, Fisher-Yates), each
-/// string allocated anew in that order.
-fn shuffled(keys: &[String]) -> Vec<String> {
-    let mut order: Vec<usize> = (0..keys.len()).collect();
-    let mut x: u64 = 0x9E37_79B9_7F4A_7C15;
-    for i in (1..order.len()).rev() {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        order.swap(i, (x % (i as u64 + 1)) as usize);
-    }
-    order.iter().map(|&i| keys[i].clone()).collect()
 }
 
 fn group_name(scenario: Scenario, keys: &str, threads: usize) -> String {

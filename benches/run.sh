@@ -24,7 +24,7 @@ need redis-benchmark "apt-get install redis-tools"
 
 benches=("$@")
 if [ ${#benches[@]} -eq 0 ]; then
-    benches=(memory_driver memory_footprint redis_driver middleware http http_redis_cpu)
+    benches=(memory_driver slot_layout memory_footprint redis_driver middleware http http_redis_cpu)
 fi
 
 out=target/perf

@@ -36,7 +36,9 @@
 //! at once, which some processors follow and others do not; a heap block
 //! a slot, which makes it one order whatever the shard, cost more on calls
 //! in no order than it saved (docs/performance.md, the thirteenth
-//! session).
+//! session). One array of slots of atomic words shared by the shards makes
+//! it one order too; `benches/slot_layout.rs` measures that layout beside
+//! this one.
 
 use std::cell::Cell;
 use std::hash::BuildHasher;

@@ -9,6 +9,7 @@ pub mod machine;
 pub mod redis;
 pub mod servers;
 pub mod targets;
+pub mod walks;
 
 /// A tokio runtime of two workers, as a server on a two-core machine runs.
 pub fn two_worker_runtime() -> tokio::runtime::Runtime {
