@@ -579,20 +579,15 @@ fn alternating() {
 /// in [`ALTERNATING_ROUNDS`] rounds, the runs taking turns, each round
 /// starting one further down the list; each run's ns per decision, a round.
 fn in_turns(runs: &[(&Contender, usize)], walk: &[String]) -> Vec<Vec<f64>> {
-    let mut samples = vec![Vec::with_capacity(ALTERNATING_ROUNDS); runs.len()];
-    for round in 0..ALTERNATING_ROUNDS {
-        for turn in 0..runs.len() {
-            let run = (round + turn) % runs.len();
-            let (contender, threads) = runs[run];
-            // One pass over the keys first, untimed, so that the run finds
-            // its data in the caches, as criterion's runs do, rather than
-            // where the other contenders' runs left it.
-            contender.run_threads(walk, threads, walk.len() as u64);
-            let elapsed = contender.run_threads(walk, threads, ALTERNATING_DECISIONS);
-            samples[run].push(elapsed.as_nanos() as f64 / ALTERNATING_DECISIONS as f64);
-        }
-    }
-    samples
+    support::walks::in_turns(runs.len(), ALTERNATING_ROUNDS, |run| {
+        let (contender, threads) = runs[run];
+        // One pass over the keys first, untimed, so that the run finds its
+        // data in the caches, as criterion's runs do, rather than where the
+        // other contenders' runs left it.
+        contender.run_threads(walk, threads, walk.len() as u64);
+        let elapsed = contender.run_threads(walk, threads, ALTERNATING_DECISIONS);
+        elapsed.as_nanos() as f64 / ALTERNATING_DECISIONS as f64
+    })
 }
 
 /// The driver's shard counts [`by_shard_count`] measures; 64 is its default.

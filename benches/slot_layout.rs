@@ -383,16 +383,14 @@ fn main() {
         ("first-seen", first_seen.clone()),
         ("shuffled", support::walks::shuffled(&first_seen)),
     ] {
-        let mut samples = vec![Vec::with_capacity(ROUNDS); runs.len()];
-        for round in 0..ROUNDS {
-            for turn in 0..runs.len() {
-                let run = (round + turn) % runs.len();
-                let (map, threads) = runs[run];
-                map.run_threads(&walk, threads, walk.len() as u64);
-                let elapsed = map.run_threads(&walk, threads, DECISIONS);
-                samples[run].push(elapsed.as_nanos() as f64 / DECISIONS as f64);
-            }
-        }
+        let samples = support::walks::in_turns(runs.len(), ROUNDS, |run| {
+            let (map, threads) = runs[run];
+            // One untimed pass first, which brings the run's data back into
+            // the caches.
+            map.run_threads(&walk, threads, walk.len() as u64);
+            let elapsed = map.run_threads(&walk, threads, DECISIONS);
+            elapsed.as_nanos() as f64 / DECISIONS as f64
+        });
         let medians: Vec<f64> = samples.iter().map(|ns| support::median(ns)).collect();
         print!("{name:<12}");
         for ns in &medians {

@@ -1,5 +1,5 @@
-//! Walks over a key set: the shuffled order the memory benches share, and
-//! a walk split over threads started together.
+//! Walks over a key set: the shuffled order the memory benches share, a
+//! walk split over threads started together, and runs that take turns.
 
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -56,4 +56,19 @@ pub fn on_threads(
         Instant::now()
     })
     .elapsed()
+}
+
+/// `rounds` rounds of `runs` runs taking turns, each round starting one
+/// further down the list, so that a machine whose speed drifts slows every
+/// run alike; `time(run)` makes run number `run` once and returns its
+/// figure. Each run's figures, a round.
+pub fn in_turns(runs: usize, rounds: usize, mut time: impl FnMut(usize) -> f64) -> Vec<Vec<f64>> {
+    let mut samples = vec![Vec::with_capacity(rounds); runs];
+    for round in 0..rounds {
+        for turn in 0..runs {
+            let run = (round + turn) % runs;
+            samples[run].push(time(run));
+        }
+    }
+    samples
 }
