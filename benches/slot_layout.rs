@@ -138,9 +138,13 @@ struct Segments(Box<[OnceLock<Box<[AtomicSlot]>>]>);
 /// Slots in the first segment: a power of two.
 const FIRST_SEGMENT: usize = 1024;
 
+/// Segments for 1,024 x (2^22 - 1) slots, all but the last 1,024 numbers a
+/// `u32` holds.
+const SEGMENTS: usize = 22;
+
 impl Segments {
     fn new() -> Self {
-        Self((0..22).map(|_| OnceLock::new()).collect())
+        Self((0..SEGMENTS).map(|_| OnceLock::new()).collect())
     }
 
     /// The segment and the place in it of slot `n`.
@@ -328,8 +332,9 @@ fn key_text(key: &KeyWords) -> String {
         .words
         .iter()
         .flat_map(|word| word.to_le_bytes())
+        .take(key.len as usize)
         .collect();
-    String::from_utf8(bytes[..key.len as usize].to_vec()).expect("keys are ASCII")
+    String::from_utf8(bytes).expect("keys are ASCII")
 }
 
 fn main() {
