@@ -38,9 +38,10 @@
 //! more with the contenders taking turns in short runs, which a machine
 //! whose speed drifts disturbs less (see `alternating`). After each of the
 //! two, a `target:` line a target says whether this run met it. Last, the
-//! 100,000 keys once more on one fake clock and one thread, by the
-//! driver's count of shards beside governor (`by_shard_count`): how many
-//! ordered streams of slots this machine's prefetching follows.
+//! 100,000 keys once more on one fake clock, on one thread and on two, by
+//! the driver's count of shards beside governor (`by_shard_count`): how
+//! many ordered streams of slots this machine's prefetching follows, and
+//! what fewer shards cost two cores.
 
 mod support;
 
@@ -591,19 +592,20 @@ fn in_turns(runs: &[(&Contender, usize)], walk: &[String]) -> Vec<Vec<f64>> {
 }
 
 /// The driver's shard counts [`by_shard_count`] measures; 64 is its default.
-const SHARD_COUNTS: [usize; 4] = [1, 4, 16, 64];
+const SHARD_COUNTS: [usize; 5] = [1, 4, 8, 16, 64];
 
-/// The 100,000 keys on one thread and one frozen fake clock, walked in
-/// first-seen and in shuffled order, by the driver built on each of
+/// The 100,000 keys on one frozen fake clock, walked in first-seen and in
+/// shuffled order, on one thread and on two, by the driver built on each of
 /// [`SHARD_COUNTS`] shards and by governor, the contenders taking turns as
 /// in [`alternating`]. A shard keeps its slots in the order its keys came,
 /// so the first-seen walk reads one ordered stream of slots a shard: the
-/// table shows how many such streams this processor's prefetching follows,
-/// where the shuffled walk, which no prefetching helps, should not move
-/// with the count. No target is checked here.
+/// one-thread rows show how many such streams this processor's prefetching
+/// follows, where the shuffled walk, which no prefetching helps, should not
+/// move with the count; the two-thread rows show what fewer shards cost
+/// when two cores meet on one lock. No target is checked here.
 fn by_shard_count() {
     println!(
-        "\n== memory_driver, flood_fake_clock, one thread, by the driver's shard count: \
+        "\n== memory_driver, flood_fake_clock, one and two threads, by the driver's shard count: \
          {ALTERNATING_ROUNDS} rounds of {ALTERNATING_DECISIONS} decisions per contender, \
          median ns per decision =="
     );
@@ -628,13 +630,20 @@ fn by_shard_count() {
         for contender in &contenders {
             contender.fill(&keys.first_seen);
         }
-        let runs: Vec<(&Contender, usize)> =
-            contenders.iter().map(|contender| (contender, 1)).collect();
-        print!("{:<40}", format!("flood_fake_clock {} 1t", keys.name));
-        for ns in in_turns(&runs, &keys.walk) {
-            print!(" {:>10.1}", support::median(&ns));
+        for threads in [1, 2] {
+            let runs: Vec<(&Contender, usize)> = contenders
+                .iter()
+                .map(|contender| (contender, threads))
+                .collect();
+            print!(
+                "{:<40}",
+                format!("flood_fake_clock {} {threads}t", keys.name)
+            );
+            for ns in in_turns(&runs, &keys.walk) {
+                print!(" {:>10.1}", support::median(&ns));
+            }
+            println!();
         }
-        println!();
     }
 }
 
