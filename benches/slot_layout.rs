@@ -16,7 +16,7 @@
 //! atomics: a load or a store of an `AtomicU64` with `Relaxed` ordering is
 //! a plain move on x86-64 and on AArch64, and the shard's lock orders it.
 //!
-//! The two layouts here do the same work as the driver's decision on a
+//! The layouts here do the same work as the driver's decision on a
 //! full key: a hash, the shard's lock, a lookup in the shard's index (a
 //! slot number a key), the key compared in the slot, and the slot's oldest
 //! hit and count read and compared. Nothing else of the driver is in it,
@@ -27,8 +27,12 @@
 //! reported:
 //!
 //! - `own arrays, 64 shards`: the driver's layout;
-//! - `one array, 64 shards`: one shared array of atomic slots;
-//! - `own arrays, 1 shard`: one ordered stream, one lock (one thread only).
+//! - `one array, 64 shards`: one shared array of atomic slots, grown by
+//!   segments;
+//! - `own arrays, 1 shard`: one ordered stream, one lock (one thread only);
+//! - `whole array, 64 shards`: the shared array allocated whole for the
+//!   100,000 keys, which a map that grows cannot do: what of the shared
+//!   array's cost is the segments' extra step.
 
 mod support;
 
@@ -124,9 +128,37 @@ enum Layout {
     /// Each shard its index into one array of slots they share.
     OneArray {
         indexes: Box<[Padded<HashTable<u32>>]>,
-        slots: Segments,
+        slots: Shared,
         next: AtomicU32,
     },
+}
+
+/// The array the shards share: grown by segments, or allocated whole.
+enum Shared {
+    Segments(Segments),
+    Whole(Box<[AtomicSlot]>),
+}
+
+impl Shared {
+    /// Slot `n`, taken (its segment allocated if need be).
+    fn take(&self, n: u32) -> &AtomicSlot {
+        match self {
+            Self::Segments(segments) => segments.take(n),
+            Self::Whole(slots) => &slots[n as usize],
+        }
+    }
+}
+
+impl std::ops::Index<usize> for Shared {
+    type Output = AtomicSlot;
+
+    /// Slot `n`, which must have been taken.
+    fn index(&self, n: usize) -> &AtomicSlot {
+        match self {
+            Self::Segments(segments) => &segments[n],
+            Self::Whole(slots) => &slots[n],
+        }
+    }
 }
 
 /// The shared array as a map that grows would keep it, without moving a
@@ -199,12 +231,12 @@ impl Map {
         Self::new(name, Layout::OwnArrays(shards))
     }
 
-    fn one_array(name: &'static str, shards: usize) -> Self {
+    fn one_array(name: &'static str, shards: usize, slots: Shared) -> Self {
         Self::new(
             name,
             Layout::OneArray {
                 indexes: (0..shards).map(|_| Padded::new(HashTable::new())).collect(),
-                slots: Segments::new(),
+                slots,
                 next: AtomicU32::new(0),
             },
         )
@@ -351,8 +383,17 @@ fn main() {
     let first_seen: Vec<String> = (0..KEYS).map(|n| format!("user:{n}")).collect();
     let maps = [
         Map::own_arrays("own arrays, 64 shards", 64),
-        Map::one_array("one array, 64 shards", 64),
+        Map::one_array(
+            "one array, 64 shards",
+            64,
+            Shared::Segments(Segments::new()),
+        ),
         Map::own_arrays("own arrays, 1 shard", 1),
+        Map::one_array(
+            "whole array, 64 shards",
+            64,
+            Shared::Whole((0..KEYS).map(|_| AtomicSlot::default()).collect()),
+        ),
     ];
     for map in &maps {
         for _ in 0..LIMIT {
@@ -375,8 +416,10 @@ fn main() {
         (&maps[0], 1),
         (&maps[1], 1),
         (&maps[2], 1),
+        (&maps[3], 1),
         (&maps[0], 2),
         (&maps[1], 2),
+        (&maps[3], 2),
     ];
     print!("{:<12}", "walk");
     for (map, threads) in &runs {
@@ -405,7 +448,12 @@ fn main() {
         ratios.push(format!(
             "{name}: one array / own arrays, 64 shards: {:.2}x on one thread, {:.2}x on two",
             medians[1] / medians[0],
-            medians[4] / medians[3]
+            medians[5] / medians[4]
+        ));
+        ratios.push(format!(
+            "{name}: whole array / own arrays, 64 shards: {:.2}x on one thread, {:.2}x on two",
+            medians[3] / medians[0],
+            medians[6] / medians[4]
         ));
     }
     for line in ratios {
