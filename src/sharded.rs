@@ -106,7 +106,7 @@ impl<V> Table<V> {
     fn position(&self, hash: u64, key: &str) -> Option<usize> {
         let slots = &self.slots;
         self.index
-            .find(hash, |&i| slots[i as usize].key == key)
+            .find(hash, |&i| same_key(&slots[i as usize].key, key))
             .map(|&i| i as usize)
     }
 
@@ -115,7 +115,7 @@ impl<V> Table<V> {
         let slots = &mut self.slots;
         match self.index.entry(
             hash,
-            |&i| slots[i as usize].key == key,
+            |&i| same_key(&slots[i as usize].key, key),
             |&i| hasher.hash_one(slots[i as usize].key.as_str()),
         ) {
             Entry::Occupied(at) => {
@@ -138,7 +138,7 @@ impl<V> Table<V> {
         let slots = &self.slots;
         let (at, _) = self
             .index
-            .find_entry(hash, |&i| slots[i as usize].key == key)
+            .find_entry(hash, |&i| same_key(&slots[i as usize].key, key))
             .ok()?
             .remove();
         Some(self.take(at as usize, hasher))
@@ -334,6 +334,7 @@ impl<V> Locked<'_, '_, V> {
     }
 
     /// The key's value to change, if it has one.
+    #[inline]
     pub(crate) fn get_mut(&mut self) -> Option<&mut V> {
         let at = self.slot()?;
         Some(&mut self.table.slots[at].value)
@@ -362,6 +363,48 @@ impl<V> Locked<'_, '_, V> {
     }
 }
 
+/// Whether the stored key `stored` is `key`.
+///
+/// A key of 4 to 24 bytes (an address key, `user:<id>`) is compared in two
+/// or three loads of a word a side, overlapping where the length is not a
+/// multiple of the word, where the slices' own comparison calls `memcmp`:
+/// every lookup compares the key it finds, and the call and its dispatch on
+/// the length cost a decision about thirty instructions.
+#[inline]
+fn same_key(stored: &Key, key: &str) -> bool {
+    let (a, b) = (stored.as_bytes(), key.as_bytes());
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    match n {
+        4..=7 => word4(a, 0) == word4(b, 0) && word4(a, n - 4) == word4(b, n - 4),
+        8..=16 => word8(a, 0) == word8(b, 0) && word8(a, n - 8) == word8(b, n - 8),
+        17..=24 => {
+            word8(a, 0) == word8(b, 0)
+                && word8(a, 8) == word8(b, 8)
+                && word8(a, n - 8) == word8(b, n - 8)
+        }
+        _ => a == b,
+    }
+}
+
+/// The four bytes of `bytes` from `at`, as one word.
+#[inline(always)]
+fn word4(bytes: &[u8], at: usize) -> u32 {
+    let mut word = [0; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_ne_bytes(word)
+}
+
+/// The eight bytes of `bytes` from `at`, as one word.
+#[inline(always)]
+fn word8(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_ne_bytes(word)
+}
+
 /// Locks a shard. A panic while a shard is locked does not poison it: the
 /// code that holds a shard lock does not panic halfway through a change.
 fn lock<V>(shard: &Padded<V>) -> MutexGuard<'_, Table<V>> {
@@ -371,6 +414,30 @@ fn lock<V>(shard: &Padded<V>) -> MutexGuard<'_, Table<V>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    // Every length the word comparison covers and some past it: a key is
+    // itself, and not a key that differs from it in any one byte, nor one
+    // a byte shorter or longer.
+    #[test]
+    fn a_key_matches_itself_and_nothing_that_differs_in_one_byte() {
+        for len in 0..=40 {
+            let text: String = (0..len)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            let stored = Key::from(text.as_str());
+            assert!(same_key(&stored, &text), "length {len}");
+            for at in 0..len {
+                let mut other = text.clone().into_bytes();
+                other[at] = b'Z';
+                let other = String::from_utf8(other).unwrap();
+                assert!(!same_key(&stored, &other), "length {len}, byte {at}");
+            }
+            assert!(!same_key(&stored, &format!("{text}a")), "length {len}");
+            if len > 0 {
+                assert!(!same_key(&stored, &text[1..]), "length {len}");
+            }
+        }
+    }
 
     #[test]
     fn lock_at_tells_whether_another_call_held_the_shard() {

@@ -65,6 +65,11 @@ impl Bucket {
     /// Drops the hits that have left the window (`now - window`, `now`]: a
     /// hit stamped exactly `window_ms` ago is out. Returns `true` when
     /// nothing is left, and the owner must then drop or restart the bucket.
+    ///
+    /// Inlined down to the check that the oldest hit is still in, which is
+    /// all a call on a busy key does: every decision runs it after reading
+    /// its slot.
+    #[inline(always)]
     pub(super) fn trim(&mut self, now_ms: u64, window_ms: u64) -> bool {
         let packed = pack_window(window_ms);
         // Written only when it changes, so a refused call on a full bucket
@@ -72,6 +77,15 @@ impl Bucket {
         if self.window != packed {
             self.window = packed;
         }
+        if self.oldest.saturating_add(window_ms) > now_ms {
+            // The oldest hit is in, so every hit is.
+            return false;
+        }
+        self.drop_expired(now_ms, window_ms)
+    }
+
+    /// [`trim`](Self::trim) once the oldest hit is out.
+    fn drop_expired(&mut self, now_ms: u64, window_ms: u64) -> bool {
         if self.newest.saturating_add(window_ms) <= now_ms {
             // Every hit is out: skip decoding them one by one.
             self.count = 0;
@@ -113,7 +127,19 @@ impl Bucket {
 
     /// The time of hit `index`, oldest first (0 is the oldest). An index
     /// past the newest hit gives the newest.
+    ///
+    /// The oldest hit, which a full bucket at its limit asks for, is read
+    /// without a call.
+    #[inline(always)]
     pub(super) fn nth(&self, index: u32) -> u64 {
+        if index == 0 {
+            return self.oldest;
+        }
+        self.decode_nth(index)
+    }
+
+    /// [`nth`](Self::nth) past the oldest hit, decoding the gaps.
+    fn decode_nth(&self, index: u32) -> u64 {
         let mut at = self.oldest;
         let mut words = self.gaps.iter();
         for _ in 0..index.min(self.count.saturating_sub(1)) {

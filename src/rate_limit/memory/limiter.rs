@@ -325,9 +325,18 @@ fn place_frees_at(bucket: &Bucket, max: u32, window_ms: u64) -> u64 {
 }
 
 /// The time from `now` (Unix nanoseconds) until `at_ms`, exact to the
-/// clock's resolution.
+/// clock's resolution (zero once `at_ms` has passed).
+///
+/// Subtracted in whole nanoseconds and made a `Duration` once, where two
+/// `Duration`s built and subtracted take about twice the steps: every
+/// refusal runs this after reading its slot. A time past the year 2554,
+/// which a nanosecond count cannot hold, takes the `Duration` way.
+#[inline]
 fn until(at_ms: u64, now: u64) -> Duration {
-    Duration::from_millis(at_ms).saturating_sub(Duration::from_nanos(now))
+    match at_ms.checked_mul(NANOS_PER_MILLI) {
+        Some(at) => Duration::from_nanos(at.saturating_sub(now)),
+        None => Duration::from_millis(at_ms).saturating_sub(Duration::from_nanos(now)),
+    }
 }
 
 /// The clock reads nanoseconds; buckets keep milliseconds.
@@ -360,5 +369,27 @@ mod tests {
         assert_eq!(millis_ceil(Duration::from_nanos(1)), 1);
         assert_eq!(millis_ceil(Duration::new(5, 999_999_999)), 6_000);
         assert_eq!(millis_ceil(Duration::MAX), u64::MAX);
+    }
+
+    #[test]
+    fn until_is_exact_to_the_nanosecond_and_never_negative() {
+        let now = 1_700_000_000_123_456_789;
+        assert_eq!(until(1_700_000_060_124, now), Duration::new(60, 543_211));
+        assert_eq!(until(1_700_000_000_123, now), Duration::ZERO);
+        assert_eq!(until(1_700_000_000_124, now), Duration::from_nanos(543_211));
+        // Past what a nanosecond count holds, still exact.
+        assert_eq!(
+            until(u64::MAX, now),
+            Duration::from_millis(u64::MAX) - Duration::from_nanos(now)
+        );
+        let last_in_nanos = u64::MAX / NANOS_PER_MILLI;
+        assert_eq!(
+            until(last_in_nanos + 1, 0),
+            Duration::from_millis(last_in_nanos + 1)
+        );
+        assert_eq!(
+            until(last_in_nanos, 0),
+            Duration::from_millis(last_in_nanos)
+        );
     }
 }
