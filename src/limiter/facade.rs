@@ -200,7 +200,7 @@ impl RateLimiter {
     }
 
     /// Cleans a key as Laravel's `cleanRateLimiterKey` does; see
-    /// [`clean_rate_limiter_key`](super::clean_rate_limiter_key).
+    /// [`clean_rate_limiter_key`].
     ///
     /// ```
     /// use suprnova::RateLimiter;

@@ -121,7 +121,7 @@ impl CacheRateLimiter {
     }
 
     /// Cleans a key as Laravel does; see
-    /// [`clean_rate_limiter_key`](super::clean_rate_limiter_key).
+    /// [`clean_rate_limiter_key`].
     pub fn clean_rate_limiter_key(key: &str) -> String {
         clean_rate_limiter_key(key)
     }

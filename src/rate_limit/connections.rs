@@ -51,7 +51,7 @@ use crate::{Request, Response};
 /// cap gets `429 Too Many Requests` with no `Retry-After`, since nothing says
 /// when a connection will close. A request with no address is not counted.
 ///
-/// Addresses count as [`bucket_address`](crate::keys::bucket_address) groups
+/// Addresses count as [`bucket_address`] groups
 /// them: IPv4 by itself, IPv6 by its /64, IPv4-mapped IPv6 as IPv4. A clone
 /// shares the counts, so one cap can guard several routes. An address whose
 /// count returns to zero leaves the map, so the map holds only addresses

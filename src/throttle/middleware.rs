@@ -144,9 +144,9 @@ impl Default for ThrottleRequestsMiddleware {
 }
 
 impl ThrottleRequestsMiddleware {
-    /// See the module constant [`DEFAULT_MAX_ATTEMPTS`](super::DEFAULT_MAX_ATTEMPTS).
+    /// See the module constant [`DEFAULT_MAX_ATTEMPTS`].
     pub const DEFAULT_MAX_ATTEMPTS: i64 = DEFAULT_MAX_ATTEMPTS;
-    /// See the module constant [`DEFAULT_DECAY_SECONDS`](super::DEFAULT_DECAY_SECONDS).
+    /// See the module constant [`DEFAULT_DECAY_SECONDS`].
     pub const DEFAULT_DECAY_SECONDS: i64 = DEFAULT_DECAY_SECONDS;
 
     fn from_source(source: LimitSource) -> Self {
