@@ -21,9 +21,10 @@
 //! - **flood_fake_clock** (1 and 2 OS threads): the same full windows, but
 //!   every contender reads a frozen fake clock (one atomic load), so the
 //!   numbers compare the limiters themselves without the cost of their
-//!   clocks. On this kind of machine a read of the system clock costs the
-//!   driver about as much as the rest of a decision, and governor's `quanta`
-//!   clock (the TSC) far less.
+//!   clocks. Both production clocks read the processor's time-stamp
+//!   counter through `quanta` (the driver's `SystemClock` anchors it to
+//!   the wall time), which costs the driver about 40 of a decision's 378
+//!   instructions (`benches/instructions.sh`).
 //! - **sliding** (1 thread): fake clocks that move one window / limit
 //!   (600 ms) between two calls on a key, so every call finds the oldest hit
 //!   just out of the window, drops it and admits itself: the most work a
