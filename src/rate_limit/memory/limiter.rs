@@ -327,10 +327,10 @@ fn place_frees_at(bucket: &Bucket, max: u32, window_ms: u64) -> u64 {
 /// The time from `now` (Unix nanoseconds) until `at_ms`, exact to the
 /// clock's resolution (zero once `at_ms` has passed).
 ///
-/// Subtracted in whole nanoseconds and made a `Duration` once, where two
-/// `Duration`s built and subtracted take about twice the steps: every
-/// refusal runs this after reading its slot. A time past the year 2554,
-/// which a nanosecond count cannot hold, takes the `Duration` way.
+/// Subtracted in whole nanoseconds and made a `Duration` once, rather than
+/// two `Duration`s built, normalised and subtracted: every refusal runs
+/// this after reading its slot. A time past the year 2554, which a
+/// nanosecond count cannot hold, takes the `Duration` way.
 #[inline]
 fn until(at_ms: u64, now: u64) -> Duration {
     match at_ms.checked_mul(NANOS_PER_MILLI) {
