@@ -46,7 +46,7 @@
 
 mod support;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -270,9 +270,13 @@ impl Contender {
     /// the wall time they took, so criterion's time per iteration is the
     /// time per decision of the whole process.
     fn run_threads(&self, keys: &[String], threads: usize, iters: u64) -> Duration {
-        support::walks::on_threads(keys.len(), threads, iters, &self.cursor, |start, count| {
-            self.run(keys, start, count)
-        })
+        support::walks::on_threads(
+            keys.len(),
+            threads,
+            iters,
+            &self.cursor,
+            |_, start, count| self.run(keys, start, count),
+        )
     }
 }
 
@@ -648,6 +652,95 @@ fn by_shard_count() {
     }
 }
 
+/// Two threads deciding the 100,000 keys on one limiter, as the target
+/// asks, and on a limiter each, each thread's limiter holding only the half
+/// of the keys that thread calls, with the production clocks; beside them
+/// one thread on the one limiter and one on a limiter of half the keys. The
+/// runs and a [core-to-core handoff](support::machine::core_to_core_ns)
+/// take turns as in [`alternating`]. Two cores that share a limiter pass
+/// the cache line of each lock they take between them (the driver's shard
+/// lock, and governor's), where limiters of their own share no line: the
+/// second thread's gain on a limiter each is what the second core gives
+/// when nothing passes between the cores, and the handoff's time is what
+/// one pass cost on this machine meanwhile. No target is checked here.
+fn one_limiter_or_one_each() {
+    println!(
+        "\n== memory_driver, flood, two threads on one limiter or on one each: \
+         {ALTERNATING_ROUNDS} rounds of {ALTERNATING_DECISIONS} decisions per run, \
+         median ns per decision =="
+    );
+    println!(
+        "{:<36} {:>9} {:>9} {:>9} {:>9} {:>12} {:>12}",
+        "case", "1 on one", "2 on one", "1 on half", "2 on each", "one: 2t/1t", "each: 2t/1t"
+    );
+    let mut handoffs = Vec::new();
+    for keys in key_sets().into_iter().filter(|keys| keys.name != "hot_key") {
+        // Each thread's half of the walk, and its keys in the order the
+        // whole set was first seen, which its own limiter sees them in.
+        let halves: [Vec<String>; 2] = [0, 1].map(|t| {
+            let len = keys.walk.len() / 2;
+            keys.walk[t * len..(t + 1) * len].to_vec()
+        });
+        let first_seen: [Vec<String>; 2] = halves.each_ref().map(|half| {
+            let called: HashSet<&String> = half.iter().collect();
+            keys.first_seen
+                .iter()
+                .filter(|key| called.contains(key))
+                .cloned()
+                .collect()
+        });
+        for name in ["suprnova", "governor"] {
+            let one = Contender::build(name, Scenario::Flood);
+            one.fill(&keys.first_seen);
+            let each = first_seen.each_ref().map(|keys| {
+                let contender = Contender::build(name, Scenario::Flood);
+                contender.fill(keys);
+                contender
+            });
+            // `threads` threads, thread `t` on `limiters[t]` over `walks[t]`:
+            // an untimed pass over the keys first, as in `in_turns`, then
+            // the measured decisions; ns a decision.
+            let timed = |limiters: &[&Contender], walks: &[&[String]], threads: usize| {
+                let decide = |decisions: u64| {
+                    support::walks::on_threads(
+                        walks[0].len(),
+                        threads,
+                        decisions,
+                        &limiters[0].cursor,
+                        |t, start, count| limiters[t].run(walks[t], start, count),
+                    )
+                };
+                decide(walks.iter().map(|walk| walk.len() as u64).sum());
+                decide(ALTERNATING_DECISIONS).as_nanos() as f64 / ALTERNATING_DECISIONS as f64
+            };
+            let walk = keys.walk.as_slice();
+            let samples = support::walks::in_turns(5, ALTERNATING_ROUNDS, |run| match run {
+                0 => timed(&[&one], &[walk], 1),
+                1 => timed(&[&one, &one], &[walk, walk], 2),
+                2 => timed(&[&each[0]], &[&halves[0]], 1),
+                3 => timed(&[&each[0], &each[1]], &[&halves[0], &halves[1]], 2),
+                _ => support::machine::core_to_core_ns(),
+            });
+            let [on_one, two_on_one, on_half, two_on_each] =
+                [0, 1, 2, 3].map(|run| support::median(&samples[run]));
+            println!(
+                "{:<36} {on_one:>9.1} {two_on_one:>9.1} {on_half:>9.1} {two_on_each:>9.1} {:>11.2}x {:>11.2}x",
+                format!("flood {} {name}", keys.name),
+                on_one / two_on_one,
+                on_half / two_on_each,
+            );
+            handoffs.extend_from_slice(&samples[4]);
+        }
+    }
+    handoffs.sort_by(f64::total_cmp);
+    println!(
+        "a cache line from one core to the other, in the rounds: median {:.1} ns, {:.1} to {:.1} ns",
+        support::median(&handoffs),
+        handoffs[0],
+        handoffs[handoffs.len() - 1]
+    );
+}
+
 fn main() {
     let since = SystemTime::now();
     let mut criterion = support::criterion(Duration::from_secs(3));
@@ -656,4 +749,5 @@ fn main() {
     report(since);
     alternating();
     by_shard_count();
+    one_limiter_or_one_each();
 }

@@ -337,9 +337,13 @@ impl Map {
     /// `iters` decisions in all on `threads` threads, each starting at its
     /// own part of the walk; how long they took together.
     fn run_threads(&self, walk: &[String], threads: usize, iters: u64) -> Duration {
-        support::walks::on_threads(walk.len(), threads, iters, &self.cursor, |start, count| {
-            self.run(walk, start, count)
-        })
+        support::walks::on_threads(
+            walk.len(),
+            threads,
+            iters,
+            &self.cursor,
+            |_, start, count| self.run(walk, start, count),
+        )
     }
 }
 

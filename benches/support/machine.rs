@@ -108,3 +108,42 @@ impl CpuTicks {
         100.0 * counter(&later).saturating_sub(counter(&self)) as f64 / total as f64
     }
 }
+
+/// How long a cache line written by one core takes to reach another, now:
+/// two threads hand a counter back and forth `HANDOFFS` times, each waiting
+/// for the other's write before it writes, and the time is divided by the
+/// handoffs. On a virtual machine the host moves the two vCPUs between
+/// physical cores, so this moves too, by an order of magnitude within a
+/// minute on some machines; what a limiter shared by two threads pays for
+/// the lock lines its cores pass to each other moves with it.
+pub fn core_to_core_ns() -> f64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Instant;
+
+    const HANDOFFS: u64 = 100_000;
+    /// The counter, on a line of its own.
+    #[repr(align(128))]
+    struct Line(AtomicU64);
+
+    let line = Line(AtomicU64::new(0));
+    // Each side waits for the count it may answer and writes the next one:
+    // even counts are this thread's turn, odd ones the other thread's.
+    let take_turns = |odd: u64| {
+        for turn in 0..HANDOFFS / 2 {
+            let mine = 2 * turn + odd;
+            while line.0.load(Ordering::Acquire) != mine {
+                std::hint::spin_loop();
+            }
+            line.0.store(mine + 1, Ordering::Release);
+        }
+    };
+    std::thread::scope(|scope| {
+        scope.spawn(|| take_turns(1));
+        let start = Instant::now();
+        take_turns(0);
+        while line.0.load(Ordering::Acquire) != HANDOFFS {
+            std::hint::spin_loop();
+        }
+        start.elapsed().as_nanos() as f64 / HANDOFFS as f64
+    })
+}

@@ -21,21 +21,22 @@ pub fn shuffled(keys: &[String]) -> Vec<String> {
 
 /// `iters` calls of a walk over `len` keys split over `threads` OS threads
 /// started together; the wall time they took, so a time per call is the
-/// time per call of the whole process. `run(start, count)` makes `count`
-/// calls from place `start` on and returns where it stopped. One thread
-/// goes on from where the last one-thread walk stopped (`cursor`); of
-/// several, each starts at its own part of the keys, so two threads on
-/// many keys rarely call on one key at once.
+/// time per call of the whole process. `run(thread, start, count)` makes
+/// `count` calls on thread number `thread` from place `start` on and
+/// returns where it stopped. One thread goes on from where the last
+/// one-thread walk stopped (`cursor`); of several, each starts at its own
+/// part of the keys, so two threads on many keys rarely call on one key at
+/// once.
 pub fn on_threads(
     len: usize,
     threads: usize,
     iters: u64,
     cursor: &AtomicUsize,
-    run: impl Fn(usize, u64) -> usize + Sync,
+    run: impl Fn(usize, usize, u64) -> usize + Sync,
 ) -> Duration {
     if threads == 1 {
         let start = Instant::now();
-        let stop = run(cursor.load(Ordering::Relaxed), iters);
+        let stop = run(0, cursor.load(Ordering::Relaxed), iters);
         let elapsed = start.elapsed();
         cursor.store(stop, Ordering::Relaxed);
         return elapsed;
@@ -48,7 +49,7 @@ pub fn on_threads(
             let offset = t * len / threads;
             scope.spawn(move || {
                 barrier.wait();
-                run(offset, iters / threads as u64);
+                run(t, offset, iters / threads as u64);
             });
         }
         barrier.wait();
