@@ -38,11 +38,15 @@
 //! stated in (docs/performance.md), and then measures the flood cases once
 //! more with the contenders taking turns in short runs, which a machine
 //! whose speed drifts disturbs less (see `alternating`). After each of the
-//! two, a `target:` line a target says whether this run met it. Last, the
+//! two, a `target:` line a target says whether this run met it. Then the
 //! 100,000 keys once more on one fake clock, on one thread and on two, by
 //! the driver's count of shards beside governor (`by_shard_count`): how
 //! many ordered streams of slots this machine's prefetching follows, and
-//! what fewer shards cost two cores.
+//! what fewer shards cost two cores. Last, two threads on one limiter
+//! beside two on a limiter each, with the time a cache line takes from one
+//! core to the other (`one_limiter_or_one_each`): what the second core
+//! gives when the threads share no line, and what passing the lock lines
+//! between the cores costs when they share a limiter.
 
 mod support;
 
