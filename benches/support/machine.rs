@@ -115,8 +115,10 @@ impl CpuTicks {
 /// handoffs. On a virtual machine the host moves the two vCPUs between
 /// physical cores, so this moves too, by an order of magnitude within a
 /// minute on some machines; what a limiter shared by two threads pays for
-/// the lock lines its cores pass to each other moves with it.
-pub fn core_to_core_ns() -> f64 {
+/// the lock lines its cores pass to each other moves with it. `None` when
+/// this process may run on one CPU only: there the two threads would take
+/// turns on it, and a handoff would wait for the scheduler.
+pub fn core_to_core_ns() -> Option<f64> {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Instant;
 
@@ -125,25 +127,29 @@ pub fn core_to_core_ns() -> f64 {
     #[repr(align(128))]
     struct Line(AtomicU64);
 
+    if std::thread::available_parallelism().map_or(1, |n| n.get()) < 2 {
+        return None;
+    }
     let line = Line(AtomicU64::new(0));
+    let wait_for = |count: u64| {
+        while line.0.load(Ordering::Acquire) != count {
+            std::hint::spin_loop();
+        }
+    };
     // Each side waits for the count it may answer and writes the next one:
     // even counts are this thread's turn, odd ones the other thread's.
     let take_turns = |odd: u64| {
         for turn in 0..HANDOFFS / 2 {
             let mine = 2 * turn + odd;
-            while line.0.load(Ordering::Acquire) != mine {
-                std::hint::spin_loop();
-            }
+            wait_for(mine);
             line.0.store(mine + 1, Ordering::Release);
         }
     };
-    std::thread::scope(|scope| {
+    Some(std::thread::scope(|scope| {
         scope.spawn(|| take_turns(1));
         let start = Instant::now();
         take_turns(0);
-        while line.0.load(Ordering::Acquire) != HANDOFFS {
-            std::hint::spin_loop();
-        }
+        wait_for(HANDOFFS);
         start.elapsed().as_nanos() as f64 / HANDOFFS as f64
-    })
+    }))
 }
