@@ -251,18 +251,6 @@ impl<V> ShardedMap<V> {
         Place { key, hash, shard }
     }
 
-    /// Locks the shard of `place`, for work on its key, and tells whether
-    /// another call held the shard when this one asked: whether calls are
-    /// contending for it.
-    #[inline]
-    pub(crate) fn lock_at<'k>(&self, place: Place<'k>) -> (Locked<'_, 'k, V>, bool) {
-        let shard = &self.shards[place.shard];
-        match shard.0.try_lock() {
-            Some(table) => (self.locked(table, place), false),
-            None => (self.locked(lock(shard), place), true),
-        }
-    }
-
     /// The locked shard `table` of `place`, for work on its key.
     fn locked<'m, 'k>(
         &'m self,
@@ -313,6 +301,11 @@ impl<'k> Place<'k> {
     /// The key.
     pub(crate) fn key(&self) -> &'k str {
         self.key
+    }
+
+    /// The key's hash, which picked its shard.
+    pub(crate) fn hash(&self) -> u64 {
+        self.hash
     }
 
     /// The number of the key's shard, below [`ShardedMap::shard_count`].
@@ -448,40 +441,23 @@ mod tests {
     }
 
     #[test]
-    fn lock_at_tells_whether_another_call_held_the_shard() {
+    fn a_key_has_one_shard_and_calls_on_it_are_serialised() {
         let map: ShardedMap<u32> = ShardedMap::new(4);
         let place = map.place("k");
         assert!(place.shard() < map.shard_count());
         assert_eq!(map.place("k").shard(), place.shard(), "one key, one shard");
-        let (mut locked, waited) = map.lock_at(place);
-        assert!(!waited);
-        locked.insert(1);
-        drop(locked);
-        // Another thread asks for the shard while this one holds it (for 50
-        // ms after both pass the barrier; retried should the machine keep
-        // the other thread off its CPU that long).
-        let mut turns = 0;
-        let contended = (0..5).any(|_| {
-            turns += 1;
-            let (mut locked, _) = map.lock_at(map.place("k"));
-            let held = std::sync::Barrier::new(2);
-            std::thread::scope(|scope| {
-                let other = scope.spawn(|| {
-                    held.wait();
-                    let (mut locked, waited) = map.lock_at(map.place("k"));
-                    *locked.get_mut().unwrap() += 1;
-                    waited
+        assert_eq!(map.place("k").hash(), place.hash());
+        map.lock_place(place).insert(0);
+        std::thread::scope(|scope| {
+            for _ in 0..2 {
+                scope.spawn(|| {
+                    for _ in 0..10_000 {
+                        *map.lock_place(map.place("k")).get_mut().unwrap() += 1;
+                    }
                 });
-                held.wait();
-                std::thread::sleep(std::time::Duration::from_millis(50));
-                *locked.get_mut().unwrap() += 1;
-                drop(locked);
-                other.join().unwrap()
-            })
+            }
         });
-        assert!(contended, "a held shard is reported as waited for");
-        // Both calls of every turn changed the value, one after the other.
-        assert_eq!(map.lock("k").get(), Some(&(1 + 2 * turns)));
+        assert_eq!(map.lock("k").get(), Some(&20_000));
     }
 
     #[test]

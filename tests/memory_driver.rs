@@ -322,6 +322,84 @@ fn sub_millisecond_times_never_shorten_the_window() {
     assert!(limiter.acquire_now("k", &cfg).unwrap().allowed);
 }
 
+// A key found full is refused without its shard's lock, by the note of
+// when its place frees; every call that may change the bucket in another
+// way must not leave that note behind. Each case below would be refused
+// by a stale note.
+#[test]
+fn a_full_key_is_admitted_again_whenever_its_bucket_has_changed() {
+    let (clock, limiter) = limiter();
+    let limiter = limiter.with_sweep_interval(Duration::from_secs(3_600));
+    // Hits at 0 s and 5 s fill 2 per 60 s; the refusal notes 60 s.
+    assert!(limiter.acquire_now("k", &per(2, 60)).unwrap().allowed);
+    clock.advance(Duration::from_secs(5));
+    assert!(limiter.acquire_now("k", &per(2, 60)).unwrap().allowed);
+    let refused = limiter.acquire_now("k", &per(2, 60)).unwrap();
+    assert_eq!(refused.retry_after, Some(Duration::from_secs(55)));
+    // At 10 s a check under 2 per 8 s drops the hit of 0 s ...
+    clock.advance(Duration::from_secs(5));
+    assert_eq!(limiter.retry_after_now("k", &per(2, 8)).unwrap(), None);
+    // ... so under 2 per 60 s the key has a place again.
+    let admitted = limiter.acquire_now("k", &per(2, 60)).unwrap();
+    assert!(admitted.allowed);
+    assert_eq!(admitted.remaining, 0);
+    // Full again, until the hit of 5 s leaves at 65 s.
+    let refused = limiter.acquire_now("k", &per(2, 60)).unwrap();
+    assert_eq!(refused.retry_after, Some(Duration::from_secs(55)));
+    // A higher limit admits at once; a lower one refuses until the hit that
+    // keeps the bucket over it leaves (the one of 10 s, at 70 s).
+    assert!(limiter.acquire_now("k", &per(3, 60)).unwrap().allowed);
+    let lower = limiter.acquire_now("k", &per(2, 60)).unwrap();
+    assert_eq!(lower.retry_after, Some(Duration::from_secs(60)));
+    assert!(!limiter.acquire_now("k", &per(3, 60)).unwrap().allowed);
+    // Once every hit has left, the sweep drops the bucket and its note; the
+    // key then starts again and is refused with its new time.
+    clock.advance(Duration::from_secs(60));
+    limiter.sweep();
+    assert_eq!(limiter.bucket_count(), 0);
+    for left in (0..3).rev() {
+        assert_eq!(
+            limiter.acquire_now("k", &per(3, 60)).unwrap().remaining,
+            left
+        );
+    }
+    let refused = limiter.acquire_now("k", &per(3, 60)).unwrap();
+    assert_eq!(refused.retry_after, Some(Duration::from_secs(60)));
+}
+
+// Two threads over the same 5,000 keys, twenty passes each, the clock
+// frozen: each key admits exactly its limit, whichever thread asks, and
+// every refusal, by note or under the lock, gives the same wait.
+#[test]
+fn two_threads_over_many_keys_admit_exactly_the_limit_of_each() {
+    let (_clock, limiter) = limiter();
+    let limiter = Arc::new(limiter);
+    let cfg = per(3, 60);
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            let limiter = limiter.clone();
+            std::thread::spawn(move || {
+                let mut admitted = 0;
+                for pass in 0..20 {
+                    for k in 0..5_000 {
+                        // The two threads walk the keys in opposite orders.
+                        let k = if (t + pass) % 2 == 0 { k } else { 4_999 - k };
+                        let decision = limiter.acquire_now(&format!("user:{k}"), &cfg).unwrap();
+                        if decision.allowed {
+                            admitted += 1;
+                        } else {
+                            assert_eq!(decision.retry_after, Some(Duration::from_secs(60)));
+                        }
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert_eq!(admitted, 5_000 * 3);
+}
+
 #[test]
 fn a_bucket_that_holds_nothing_is_dropped_when_touched() {
     let (clock, limiter) = limiter();

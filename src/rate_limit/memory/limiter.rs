@@ -165,25 +165,22 @@ impl InMemoryRateLimiter {
         // window has really passed.
         let (now_ms, stamp_ms) = (now / NANOS_PER_MILLI, now.div_ceil(NANOS_PER_MILLI));
         let place = self.shards.place(key);
-        // A key that many cores call at once, once refused, is refused by
-        // reading the note of that refusal, without the shard's lock.
+        // A key found full is refused by reading its note, without the
+        // shard's lock.
         if let Some(frees_at) = self.shards.noted_full(place, max, window_ms, now_ms) {
             return refused(max, frees_at, now);
         }
-        let (mut locked, contended) = self.shards.lock_at(place);
+        let mut locked = self.shards.lock_place(place);
+        // Noted in the same hold of the lock: a refusal notes when the next
+        // place frees, an admission forgets the note. A key is noted once
+        // it is refused, so a key that never is costs no note.
         match count_hit(&mut locked, max, window_ms, now_ms, stamp_ms) {
             Ok(admitted) => {
                 self.shards.forget_full(place);
                 admitted
             }
             Err(frees_at) => {
-                // Noted only while calls contend for the shard, so that an
-                // uncontended refusal writes nothing.
-                if contended {
-                    self.shards.note_full(place, max, window_ms, frees_at);
-                } else {
-                    self.shards.forget_full(place);
-                }
+                self.shards.note_full(place, max, window_ms, frees_at);
                 refused(max, frees_at, now)
             }
         }

@@ -1,7 +1,7 @@
 //! `Shards`: the buckets of every key, in the crate's sharded map: calls on
 //! different keys rarely wait for each other, and calls that change one key
-//! are serialised, which is what makes a decision exact. Beside each shard,
-//! the note of a key found full there ([`FullNotes`]).
+//! are serialised, which is what makes a decision exact. Beside the shards,
+//! the note of every key found full ([`FullNotes`]), read without a lock.
 
 use super::bucket::Bucket;
 use super::full_notes::FullNotes;
@@ -34,7 +34,7 @@ impl Shards {
     }
 
     /// When the key of `place` next has a place under `max` hits per
-    /// `window_ms`, if its shard's note says it is full at `now_ms`.
+    /// `window_ms`, if its note says it is full at `now_ms`. Takes no lock.
     #[inline]
     pub(super) fn noted_full(
         &self,
@@ -43,30 +43,28 @@ impl Shards {
         window_ms: u64,
         now_ms: u64,
     ) -> Option<u64> {
-        self.full
-            .frees_at(place.shard(), place.key(), max, window_ms, now_ms)
+        self.full.frees_at(place, max, window_ms, now_ms)
     }
 
-    /// Locks the shard of `place`, and tells whether calls were contending
-    /// for it. The caller then either [notes](Self::note_full) a refusal
-    /// or [forgets](Self::forget_full) the shard's note.
+    /// Locks the shard of `place`. The caller then either
+    /// [notes](Self::note_full) a refusal or [forgets](Self::forget_full)
+    /// the key's note before it lets go.
     #[inline]
-    pub(super) fn lock_at<'k>(&self, place: Place<'k>) -> (Locked<'_, 'k, Bucket>, bool) {
-        self.map.lock_at(place)
+    pub(super) fn lock_place<'k>(&self, place: Place<'k>) -> Locked<'_, 'k, Bucket> {
+        self.map.lock_place(place)
     }
 
     /// Notes, with the shard of `place` locked, that its key is full under
     /// `max` hits per `window_ms` until `frees_at_ms`.
     #[inline]
     pub(super) fn note_full(&self, place: Place<'_>, max: u32, window_ms: u64, frees_at_ms: u64) {
-        self.full
-            .write(place.shard(), place.key(), max, window_ms, frees_at_ms);
+        self.full.write(place, max, window_ms, frees_at_ms);
     }
 
-    /// Forgets, with the shard of `place` locked, the shard's note.
+    /// Forgets, with the shard of `place` locked, that its key is full.
     #[inline]
     pub(super) fn forget_full(&self, place: Place<'_>) {
-        self.full.forget(place.shard());
+        self.full.forget(place);
     }
 
     /// Locks the shard that holds `key` and forgets its note, for work that
@@ -86,10 +84,17 @@ impl Shards {
     /// Drops every bucket that holds nothing at `now_ms` and trims the
     /// others, one shard lock at a time.
     pub(super) fn sweep(&self, now_ms: u64) {
-        // The notes stay: a note's bucket was last set by the refusal that
-        // wrote it, so the sweep drops only hits older than the one the
-        // note waits for (see `FullNotes`).
-        self.map.retain(|_, bucket| !bucket.sweep(now_ms));
+        // A dropped bucket's note is freed; the others stay: a note's
+        // bucket was last set by the call that wrote it, so the sweep drops
+        // only hits older than the one the note waits for (see
+        // `FullNotes`).
+        self.map.retain(|key, bucket| {
+            let empty = bucket.sweep(now_ms);
+            if empty {
+                self.full.remove(self.map.place(key));
+            }
+            !empty
+        });
     }
 }
 
