@@ -4,20 +4,21 @@
 //!
 //! A refusal changes nothing: a full bucket stays full, with the same hit
 //! holding the place, until that hit leaves the window or the bucket
-//! changes. So the call that leaves a bucket full (the admission that fills
-//! it, or a refusal that finds no note) notes when its next place frees,
-//! and the calls after it with the same limit are refused by reading that
-//! note. A lock, even one no other call holds, is an atomic write to the
+//! changes. So a refusal made under the shard's lock notes when the key's
+//! next place frees, and the calls after it with the same limit are refused
+//! by reading that note. A lock, even one no other call holds, is an atomic
+//! write to the
 //! shard's cache line; when two cores call over the same keys, each such
 //! write takes the line from the other core about two times in three,
 //! whatever the count of shards, and over 100,000 keys that transfer was
 //! most of what a second thread cost (docs/performance.md, the nineteenth
 //! session). A note is written when the key's state changes and then only
-//! read, so both cores keep its line.
+//! read, so both cores keep its line. A key that is never refused gets no
+//! note; one that is costs 64 bytes more while its bucket lives.
 //!
-//! A note is exact because every locked call on its key writes it again
-//! (the decision) or forgets it (any other work that may change the
-//! bucket), in the same hold of the shard's lock as the change: a note
+//! A note is exact because every locked call on its key writes it again (a
+//! refusal) or forgets it (an admission, or any other work that may change
+//! the bucket), in the same hold of the shard's lock as the change: a note
 //! lives from the call that wrote it to the next locked call on its key,
 //! and in that time nothing changes the bucket but the sweep, which drops
 //! only hits that have left the window of the noted bucket (the noting call
@@ -35,8 +36,8 @@
 //! reader takes a note only when the note's own key is the one asked for,
 //! and an entry it misses sends it to the lock. A note is freed, and its
 //! line reused, when the sweep drops its key's bucket. Keys of up to 32
-//! bytes are noted, at most [`MAX_NOTES`] a shard; any other call takes
-//! the lock, as every call did before notes.
+//! bytes are noted, at most [`MAX_NOTES`] a shard; a longer key, or one
+//! past that count, is decided under the lock every time.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
@@ -385,8 +386,11 @@ impl FullNotes {
         window_ms: u64,
         now_ms: u64,
     ) -> Option<u64> {
+        let shard = &self.0[place.shard()];
+        // A shard that has refused nothing has no index: one read tells.
+        shard.index()?;
         let key = NotedKey::of(place.key())?;
-        self.0[place.shard()].frees_at(place.hash(), &key, key.head(max), window_ms, now_ms)
+        shard.frees_at(place.hash(), &key, key.head(max), window_ms, now_ms)
     }
 
     /// Notes that the key of `place` is full under `max` hits per
@@ -394,10 +398,14 @@ impl FullNotes {
     /// not. The caller holds the shard's lock. Writes only what changes.
     #[inline]
     pub(super) fn write(&self, place: Place<'_>, max: u32, window_ms: u64, frees_at_ms: u64) {
+        let shard = &self.0[place.shard()];
+        if frees_at_ms == 0 && shard.index().is_none() {
+            // Nothing to forget in a shard that has refused nothing.
+            return;
+        }
         let Some(key) = NotedKey::of(place.key()) else {
             return;
         };
-        let shard = &self.0[place.shard()];
         let note = match shard.find(place.hash(), &key) {
             Some((_, number)) => shard.note(number).expect("a found note was handed out"),
             None if frees_at_ms == 0 => return,
