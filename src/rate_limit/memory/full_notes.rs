@@ -7,10 +7,9 @@
 //! changes. So a refusal made under the shard's lock notes when the key's
 //! next place frees, and the calls after it with the same limit are refused
 //! by reading that note. A lock, even one no other call holds, is an atomic
-//! write to the
-//! shard's cache line; when two cores call over the same keys, each such
-//! write takes the line from the other core about two times in three,
-//! whatever the count of shards, and over 100,000 keys that transfer was
+//! write to the shard's cache line; when two cores call over the same keys,
+//! each such write takes the line from the other core about two times in
+//! three, whatever the count of shards, and over 100,000 keys that transfer was
 //! most of what a second thread cost (docs/performance.md, the nineteenth
 //! session). A note is written when the key's state changes and then only
 //! read, so both cores keep its line. A key that is never refused gets no
@@ -159,6 +158,7 @@ struct ShardNotes {
     /// Entries `tag << 16 | number + 1`, 0 for none; the tag is the top 16
     /// bits of the key's hash, the first place probed its low bits.
     indexes: [OnceLock<Box<[AtomicU32]>>; INDEXES],
+    /// The notes, block `b` holding `FIRST_BLOCK << b` of them.
     blocks: [OnceLock<Box<[Note]>>; BLOCKS],
     /// Taken only by holders of the shard's lock, so never waited for.
     writer: Mutex<Writer>,
@@ -197,10 +197,12 @@ impl ShardNotes {
             .map(|index| &index[..])
     }
 
-    /// The first entry at or after index place `at` whose note is `key`'s
-    /// as `read` sees it, with its place: entries of other tags and notes of
-    /// other keys are passed over, and the first empty entry ends the
-    /// search (`None`, as does a note being changed).
+    /// The index place and the number of the note of the key of `hash`,
+    /// with what `read` saw of it, probing from the place the hash picks:
+    /// `read` tells whether a note with the hash's tag is of the key asked
+    /// for, and other notes are passed over; the first empty entry ends
+    /// the search with `None`, as does `read` giving `None` (a note being
+    /// changed).
     #[inline(always)]
     fn search<T>(
         &self,
