@@ -52,6 +52,14 @@ pub fn raw_command(port: u16, command: &str) -> Option<String> {
     Some(String::from_utf8_lossy(&buf[..n]).into_owned())
 }
 
+/// Whether the server that answers on `port` is the process `pid`, and not
+/// another test's server that took the port between `free_port` and the
+/// spawn.
+fn answers_as(port: u16, pid: u32) -> bool {
+    raw_command(port, "INFO server")
+        .is_some_and(|reply| reply.contains(&format!("process_id:{pid}\r\n")))
+}
+
 fn wait_until(what: &str, limit: Duration, mut ready: impl FnMut() -> bool) {
     let start = Instant::now();
     while !ready() {
@@ -99,17 +107,23 @@ pub struct RedisServer {
 }
 
 impl RedisServer {
-    /// Starts a server and waits until it answers `PING`.
+    /// Starts a server and waits until it answers. A port that another
+    /// process takes between [`free_port`] and the spawn makes the server
+    /// exit at once; the next free port is tried then.
     pub fn start() -> Self {
-        let port = free_port();
-        let dir = scratch_dir(port);
-        let mut server = Self {
-            child: None,
-            port,
-            dir,
-        };
-        server.restart();
-        server
+        for _ in 0..10 {
+            let port = free_port();
+            let dir = scratch_dir(port);
+            let mut server = Self {
+                child: None,
+                port,
+                dir,
+            };
+            if server.launch() {
+                return server;
+            }
+        }
+        panic!("redis-server found no free loopback port in 10 tries");
     }
 
     /// The port.
@@ -142,19 +156,39 @@ impl RedisServer {
     /// Starts the server again on the same port (empty: nothing persists).
     pub fn restart(&mut self) {
         self.stop();
+        assert!(
+            self.launch(),
+            "redis-server did not start again on port {}: the port was taken",
+            self.port
+        );
+    }
+
+    /// Spawns the server on its port and waits until it answers as itself;
+    /// `false` if it exited first, as it does when the port is taken.
+    fn launch(&mut self) -> bool {
         let socket = self.dir.join(SOCKET);
         let socket = socket.to_str().unwrap();
-        self.child = Some(spawn_redis(
+        let child = spawn_redis(
             self.port,
             &self.dir,
             &["--unixsocket", socket, "--unixsocketperm", "700"],
-        ));
-        let port = self.port;
-        wait_until(
-            "redis-server to answer PING",
-            Duration::from_secs(10),
-            || raw_command(port, "PING").is_some_and(|r| r.starts_with("+PONG")),
         );
+        let pid = child.id();
+        let child = self.child.insert(child);
+        let start = Instant::now();
+        while !answers_as(self.port, pid) {
+            if child.try_wait().ok().flatten().is_some() {
+                self.child = None;
+                return false;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "timed out waiting for redis-server to answer on port {}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        true
     }
 
     /// Runs an inline command and returns the raw reply.
@@ -246,12 +280,11 @@ impl RedisCluster {
             );
             nodes.push((child, port));
         }
-        for &port in &ports {
-            wait_until(
-                "a cluster node to answer PING",
-                Duration::from_secs(10),
-                || raw_command(port, "PING").is_some_and(|r| r.starts_with("+PONG")),
-            );
+        for (child, port) in &nodes {
+            let (pid, port) = (child.id(), *port);
+            wait_until("a cluster node to answer", Duration::from_secs(10), || {
+                answers_as(port, pid)
+            });
         }
         let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let status = Command::new("redis-cli")
