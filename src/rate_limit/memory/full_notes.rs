@@ -36,7 +36,11 @@
 //! and an entry it misses sends it to the lock. A note is freed, and its
 //! line reused, when the sweep drops its key's bucket. Keys of up to 32
 //! bytes are noted, at most [`MAX_NOTES`] a shard; a longer key, or one
-//! past that count, is decided under the lock every time.
+//! past that count, is decided under the lock every time. Blocks and
+//! indexes are kept for the driver's life: the notes take, at most, 64
+//! bytes and a few bytes of index for each key refused within one window
+//! at the busiest time so far (at most about 4 MiB a shard), and freed
+//! notes are handed out again.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
@@ -49,15 +53,20 @@ use crate::sharded::Place;
 const KEY_WORDS: usize = 4;
 /// The notes of a shard's first block; block `b` holds `FIRST_BLOCK << b`.
 const FIRST_BLOCK: usize = 16;
-/// The most notes a shard holds: an index entry keeps a note's number in
-/// 16 bits.
-pub(super) const MAX_NOTES: usize = u16::MAX as usize;
-/// Blocks enough for [`MAX_NOTES`]: `16 * (2^13 - 1)` notes.
-const BLOCKS: usize = 13;
+/// The blocks of a shard.
+const BLOCKS: usize = 12;
+/// The most notes a shard holds, all its blocks full: 65,520, so that an
+/// index entry keeps a note's number in 16 bits.
+pub(super) const MAX_NOTES: usize = FIRST_BLOCK * ((1 << BLOCKS) - 1);
 /// Entries of a shard's first index; index `g` holds `FIRST_INDEX << g`.
 const FIRST_INDEX: usize = 2 * FIRST_BLOCK;
-/// Indexes enough for [`MAX_NOTES`] at most half full: `32 << 12`.
+/// Indexes enough for [`MAX_NOTES`] at most half full: `32 << 12`
+/// entries.
 const INDEXES: usize = 13;
+const _: () = assert!(
+    MAX_NOTES <= u16::MAX as usize && FIRST_INDEX << (INDEXES - 1) >= 2 * MAX_NOTES,
+    "a note's number fits an index entry, and the last index holds every note"
+);
 
 /// One key's note, on a cache line of its own.
 #[repr(align(64))]
