@@ -151,12 +151,18 @@ impl Note {
 /// What only the holder of the shard's lock reads and changes.
 #[derive(Debug, Default)]
 struct Writer {
-    /// Notes handed out so far, freed ones included.
-    len: usize,
     /// Notes freed by the sweep, to hand out again.
     free: Vec<u16>,
-    /// The hash of each note's key, by note number, to fill a new index.
+    /// The hash of each note's key, by note number, to fill a new index:
+    /// one for every note handed out so far, freed ones included.
     hashes: Vec<u64>,
+}
+
+impl Writer {
+    /// How many notes are in use.
+    fn live(&self) -> usize {
+        self.hashes.len() - self.free.len()
+    }
 }
 
 /// The notes of one shard.
@@ -269,15 +275,17 @@ impl ShardNotes {
     fn insert(&self, hash: u64, key: &NotedKey) -> Option<&Note> {
         let mut writer = self.writer.lock();
         let number = match writer.free.pop() {
-            Some(number) => usize::from(number),
-            None if writer.len < MAX_NOTES => {
-                writer.len += 1;
+            Some(number) => {
+                let number = usize::from(number);
+                writer.hashes[number] = hash;
+                number
+            }
+            None if writer.hashes.len() < MAX_NOTES => {
                 writer.hashes.push(hash);
-                writer.len - 1
+                writer.hashes.len() - 1
             }
             None => return None,
         };
-        writer.hashes[number] = hash;
         let (block, at) = block_of(number);
         let note = &self.blocks[block]
             .get_or_init(|| (0..FIRST_BLOCK << block).map(|_| Note::default()).collect())[at];
@@ -288,7 +296,7 @@ impl ShardNotes {
                 word.store(value, Ordering::Relaxed);
             }
         });
-        let live = writer.len - writer.free.len();
+        let live = writer.live();
         let current = self.current.load(Ordering::Relaxed);
         let full = self.indexes[current]
             .get()
@@ -313,7 +321,7 @@ impl ShardNotes {
                 .map(|_| AtomicU32::new(0))
                 .collect()
         });
-        let mut freed = vec![false; writer.len];
+        let mut freed = vec![false; writer.hashes.len()];
         for &number in &writer.free {
             freed[usize::from(number)] = true;
         }
@@ -468,13 +476,7 @@ impl FullNotes {
     /// How many notes the shards hold.
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
-        self.0
-            .iter()
-            .map(|shard| {
-                let writer = shard.writer.lock();
-                writer.len - writer.free.len()
-            })
-            .sum()
+        self.0.iter().map(|shard| shard.writer.lock().live()).sum()
     }
 }
 
