@@ -459,6 +459,12 @@ impl FullNotes {
         self.write(place, 0, 0, 0);
     }
 
+    /// Whether no shard has ever noted a key: then no dropped bucket has a
+    /// note to free, and the sweep need not find where its key lives.
+    pub(super) fn never_written(&self) -> bool {
+        self.0.iter().all(|shard| shard.index().is_none())
+    }
+
     /// Frees the note of the key of `place`, whose bucket is dropped. The
     /// caller holds the shard's lock.
     pub(super) fn remove(&self, place: Place<'_>) {

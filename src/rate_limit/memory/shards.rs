@@ -88,9 +88,12 @@ impl Shards {
         // bucket was last set by the call that wrote it, so the sweep drops
         // only hits older than the one the note waits for (see
         // `FullNotes`).
+        // Where no key was ever refused, a dropped key is not hashed again
+        // to look for a note.
+        let noted = !self.full.never_written();
         self.map.retain(|key, bucket| {
             let empty = bucket.sweep(now_ms);
-            if empty {
+            if empty && noted {
                 self.full.remove(self.map.place(key));
             }
             !empty
