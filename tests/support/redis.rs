@@ -173,22 +173,17 @@ impl RedisServer {
             &self.dir,
             &["--unixsocket", socket, "--unixsocketperm", "700"],
         );
-        let pid = child.id();
+        let (pid, port) = (child.id(), self.port);
         let child = self.child.insert(child);
-        let start = Instant::now();
-        while !answers_as(self.port, pid) {
-            if child.try_wait().ok().flatten().is_some() {
-                self.child = None;
-                return false;
-            }
-            assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "timed out waiting for redis-server to answer on port {}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(20));
+        let mut exited = false;
+        wait_until("redis-server to answer", Duration::from_secs(10), || {
+            exited = child.try_wait().ok().flatten().is_some();
+            exited || answers_as(port, pid)
+        });
+        if exited {
+            self.child = None;
         }
-        true
+        !exited
     }
 
     /// Runs an inline command and returns the raw reply.
