@@ -57,6 +57,16 @@ fn limiter() -> (FakeClock, InMemoryRateLimiter) {
     (clock, limiter)
 }
 
+/// `work(thread)` on `count` threads at once, their results in thread
+/// order.
+fn on_threads<R: Send>(count: usize, work: impl Fn(usize) -> R + Sync) -> Vec<R> {
+    std::thread::scope(|scope| {
+        let work = &work;
+        let threads: Vec<_> = (0..count).map(|t| scope.spawn(move || work(t))).collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    })
+}
+
 /// The most admitted hits in any span (`t - window`, `t`].
 fn most_in_any_window(admitted_ms: &[u64], window_ms: u64) -> usize {
     admitted_ms
@@ -211,29 +221,23 @@ async fn twenty_tasks_of_fifty_admit_exactly_100() {
 fn threads_on_one_full_key_admit_the_limit_and_refuse_alike() {
     let clock = support::clock_at(12, 0, 0);
     let noon = clock.unix_seconds();
-    let limiter = Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
+    let limiter = InMemoryRateLimiter::with_clock(clock.shared());
     let cfg = per(100, 60);
     for window in 0..2_u64 {
-        let threads: Vec<_> = (0..4)
-            .map(|_| {
-                let limiter = limiter.clone();
-                std::thread::spawn(move || {
-                    let (mut admitted, mut refusals) = (0, Vec::new());
-                    for _ in 0..5_000 {
-                        let decision = limiter.acquire_now("hot", &cfg).unwrap();
-                        if decision.allowed {
-                            admitted += 1;
-                        } else {
-                            refusals.push((decision.retry_after, decision.reset_at));
-                        }
-                    }
-                    (admitted, refusals)
-                })
-            })
-            .collect();
+        let results = on_threads(4, |_| {
+            let (mut admitted, mut refusals) = (0, Vec::new());
+            for _ in 0..5_000 {
+                let decision = limiter.acquire_now("hot", &cfg).unwrap();
+                if decision.allowed {
+                    admitted += 1;
+                } else {
+                    refusals.push((decision.retry_after, decision.reset_at));
+                }
+            }
+            (admitted, refusals)
+        });
         let mut admitted = 0;
-        for thread in threads {
-            let (count, refusals) = thread.join().unwrap();
+        for (count, refusals) in results {
             admitted += count;
             let frees = noon + 60 * (window as i64 + 1);
             for refusal in refusals {
@@ -251,25 +255,18 @@ fn threads_on_one_full_key_admit_the_limit_and_refuse_alike() {
 #[test]
 fn sweeping_on_every_call_keeps_counts_exact_across_threads() {
     let clock = support::clock_at(12, 0, 0);
-    let limiter = Arc::new(
-        InMemoryRateLimiter::with_clock(clock.shared()).with_sweep_interval(Duration::ZERO),
-    );
+    let limiter =
+        InMemoryRateLimiter::with_clock(clock.shared()).with_sweep_interval(Duration::ZERO);
     let cfg = per(7, 60);
-    let threads: Vec<_> = (0..4)
-        .map(|t| {
-            let limiter = limiter.clone();
-            std::thread::spawn(move || {
-                let mut admitted = 0;
-                for i in 0..2_000 {
-                    let key = format!("t{t}:k{}", i % 50);
-                    admitted += usize::from(limiter.acquire_now(&key, &cfg).unwrap().allowed);
-                }
-                admitted
-            })
-        })
-        .collect();
-    let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
-    assert_eq!(admitted, 4 * 50 * 7);
+    let admitted = on_threads(4, |t| {
+        let mut admitted = 0;
+        for i in 0..2_000 {
+            let key = format!("t{t}:k{}", i % 50);
+            admitted += usize::from(limiter.acquire_now(&key, &cfg).unwrap().allowed);
+        }
+        admitted
+    });
+    assert_eq!(admitted.iter().sum::<usize>(), 4 * 50 * 7);
     assert_eq!(limiter.bucket_count(), 200);
 }
 
@@ -373,31 +370,24 @@ fn a_full_key_is_admitted_again_whenever_its_bucket_has_changed() {
 #[test]
 fn two_threads_over_many_keys_admit_exactly_the_limit_of_each() {
     let (_clock, limiter) = limiter();
-    let limiter = Arc::new(limiter);
     let cfg = per(3, 60);
-    let threads: Vec<_> = (0..2)
-        .map(|t| {
-            let limiter = limiter.clone();
-            std::thread::spawn(move || {
-                let mut admitted = 0;
-                for pass in 0..20 {
-                    for k in 0..5_000 {
-                        // The two threads walk the keys in opposite orders.
-                        let k = if (t + pass) % 2 == 0 { k } else { 4_999 - k };
-                        let decision = limiter.acquire_now(&format!("user:{k}"), &cfg).unwrap();
-                        if decision.allowed {
-                            admitted += 1;
-                        } else {
-                            assert_eq!(decision.retry_after, Some(Duration::from_secs(60)));
-                        }
-                    }
+    let admitted = on_threads(2, |t| {
+        let mut admitted = 0;
+        for pass in 0..20 {
+            for k in 0..5_000 {
+                // The two threads walk the keys in opposite orders.
+                let k = if (t + pass) % 2 == 0 { k } else { 4_999 - k };
+                let decision = limiter.acquire_now(&format!("user:{k}"), &cfg).unwrap();
+                if decision.allowed {
+                    admitted += 1;
+                } else {
+                    assert_eq!(decision.retry_after, Some(Duration::from_secs(60)));
                 }
-                admitted
-            })
-        })
-        .collect();
-    let admitted: usize = threads.into_iter().map(|t| t.join().unwrap()).sum();
-    assert_eq!(admitted, 5_000 * 3);
+            }
+        }
+        admitted
+    });
+    assert_eq!(admitted.iter().sum::<usize>(), 5_000 * 3);
 }
 
 #[test]
