@@ -246,13 +246,15 @@ impl Contender {
     }
 
     /// Brings every key to its steady state before anything is measured:
-    /// a full window, and one call more, refused. The driver notes a key
-    /// when it first refuses it, in that order; refusing each key once here,
-    /// in the order the keys were first seen, lays its notes out in the
-    /// order of its slots. Were the first refusals those of the measured
-    /// walk, the shuffled walk would read each shard's notes in the order
-    /// they were written, an order no later calls follow, and which
-    /// prefetching rewards the more, the fewer the shards.
+    /// a full window, and one call more, which the flood scenarios refuse
+    /// (in the sliding one the clock has moved a window by then, and it is
+    /// admitted). The driver notes a key when it first refuses it, in that
+    /// order; refusing each key once here, in the order the keys were first
+    /// seen, lays its notes out in the order of its slots. Were the first
+    /// refusals those of the measured walk, the shuffled walk would read
+    /// each shard's notes in the order they were written, an order no later
+    /// calls follow, and which prefetching rewards the more, the fewer the
+    /// shards.
     fn fill(&self, keys: &[String]) {
         for _ in 0..=LIMIT {
             self.run(keys, 0, keys.len() as u64);
