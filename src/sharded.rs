@@ -166,7 +166,14 @@ impl<V> Table<V> {
         self.slots.swap_remove(at).value
     }
 
-    fn retain(&mut self, mut keep: impl FnMut(&str, &mut V) -> bool, hasher: &RandomState) {
+    /// Keeps the entries `keep` says to keep, and tells `dropped` the key
+    /// and hash of each one it drops.
+    fn retain(
+        &mut self,
+        mut keep: impl FnMut(&str, &mut V) -> bool,
+        mut dropped: impl FnMut(&str, u64),
+        hasher: &RandomState,
+    ) {
         let mut at = 0;
         while at < self.slots.len() {
             let slot = &mut self.slots[at];
@@ -175,6 +182,7 @@ impl<V> Table<V> {
                 continue;
             }
             let hash = hasher.hash_one(slot.key.as_str());
+            dropped(&slot.key, hash);
             self.index
                 .find_entry(hash, |&i| i as usize == at)
                 .expect("every slot has its index entry")
@@ -274,9 +282,24 @@ impl<V> ShardedMap<V> {
     /// Keeps the entries for which `keep` returns true and gives back the
     /// room of a table that a flood of keys left mostly empty. Locks one
     /// shard at a time, so calls on other shards go on while it runs.
-    pub(crate) fn retain(&self, mut keep: impl FnMut(&str, &mut V) -> bool) {
-        for shard in self.shards.iter() {
-            lock(shard).retain(&mut keep, &self.hasher);
+    pub(crate) fn retain(&self, keep: impl FnMut(&str, &mut V) -> bool) {
+        self.retain_telling(keep, |_| {});
+    }
+
+    /// [`retain`](Self::retain), telling `dropped` the place of each entry
+    /// it drops while that entry's shard is still locked, for callers that
+    /// keep something of their own for each key.
+    pub(crate) fn retain_telling(
+        &self,
+        mut keep: impl FnMut(&str, &mut V) -> bool,
+        mut dropped: impl FnMut(Place<'_>),
+    ) {
+        for (shard, table) in self.shards.iter().enumerate() {
+            lock(table).retain(
+                &mut keep,
+                |key, hash| dropped(Place { key, hash, shard }),
+                &self.hasher,
+            );
         }
     }
 
@@ -499,6 +522,30 @@ mod tests {
         assert_eq!(map.len(), 500);
         assert_eq!(map.lock("k7").get(), None);
         assert_eq!(map.lock("k8").get(), Some(&8));
+    }
+
+    #[test]
+    fn retain_telling_gives_the_place_of_each_dropped_key() {
+        let map: ShardedMap<u32> = ShardedMap::new(8);
+        for k in 0..1_000_u32 {
+            map.lock(&format!("k{k}")).insert(k);
+        }
+        let mut dropped = Vec::new();
+        map.retain_telling(
+            |_, v| *v % 3 != 0,
+            |place| {
+                let expected = map.place(place.key());
+                assert_eq!(
+                    (place.hash(), place.shard()),
+                    (expected.hash(), expected.shard())
+                );
+                dropped.push(place.key().to_owned());
+            },
+        );
+        dropped.sort_by_key(|key| key[1..].parse::<u32>().unwrap());
+        let expected: Vec<String> = (0..1_000).step_by(3).map(|k| format!("k{k}")).collect();
+        assert_eq!(dropped, expected);
+        assert_eq!(map.len(), 1_000 - 334);
     }
 
     #[test]

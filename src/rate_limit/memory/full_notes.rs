@@ -459,19 +459,17 @@ impl FullNotes {
         self.write(place, 0, 0, 0);
     }
 
-    /// Whether no shard has ever noted a key: then no dropped bucket has a
-    /// note to free, and the sweep need not find where its key lives.
-    pub(super) fn never_written(&self) -> bool {
-        self.0.iter().all(|shard| shard.index().is_none())
-    }
-
     /// Frees the note of the key of `place`, whose bucket is dropped. The
     /// caller holds the shard's lock.
     pub(super) fn remove(&self, place: Place<'_>) {
+        let shard = &self.0[place.shard()];
+        // A shard that has refused nothing has no note to free.
+        if shard.index().is_none() {
+            return;
+        }
         let Some(key) = NotedKey::of(place.key()) else {
             return;
         };
-        let shard = &self.0[place.shard()];
         if let Some((at, number)) = shard.find(place.hash(), &key) {
             let note = shard.note(number).expect("a found note was handed out");
             note.change(|note| note.frees_at_ms.store(0, Ordering::Relaxed));

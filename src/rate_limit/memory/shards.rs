@@ -88,16 +88,10 @@ impl Shards {
         // bucket was last set by the call that wrote it, so the sweep drops
         // only hits older than the one the note waits for (see
         // `FullNotes`).
-        // Where no key was ever refused, a dropped key is not hashed again
-        // to look for a note.
-        let noted = !self.full.never_written();
-        self.map.retain(|key, bucket| {
-            let empty = bucket.sweep(now_ms);
-            if empty && noted {
-                self.full.remove(self.map.place(key));
-            }
-            !empty
-        });
+        self.map.retain_telling(
+            |_, bucket| !bucket.sweep(now_ms),
+            |place| self.full.remove(place),
+        );
     }
 }
 
@@ -136,5 +130,29 @@ mod tests {
         });
         let per_key = bytes / keys;
         assert!(per_key <= 400, "{per_key} bytes a key");
+    }
+
+    // The sweep frees the note of each bucket it drops, and only those.
+    #[test]
+    fn the_sweep_frees_the_notes_of_the_buckets_it_drops() {
+        let shards = Shards::new(4);
+        for (key, at_ms) in [("gone:1", 0), ("gone:2", 0), ("kept", 50_000)] {
+            let place = shards.place(key);
+            shards.lock_place(place).insert(Bucket::new(at_ms, 60_000));
+            shards.note_full(place, 1, 60_000, at_ms + 60_000);
+        }
+        assert_eq!(shards.full.len(), 3);
+        // At 61 s the first two buckets hold nothing; the third a hit.
+        shards.sweep(61_000);
+        assert_eq!(shards.bucket_count(), 1);
+        assert_eq!(shards.full.len(), 1);
+        assert_eq!(
+            shards.noted_full(shards.place("kept"), 1, 60_000, 61_000),
+            Some(110_000)
+        );
+        assert_eq!(
+            shards.noted_full(shards.place("gone:1"), 1, 60_000, 61_000),
+            None
+        );
     }
 }
