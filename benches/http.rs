@@ -64,6 +64,17 @@
 //! all that set the rate. In rounds where the host lends the machine less
 //! CPU the rate falls and the CPU a request does not; otherwise the two
 //! move together from round to round.
+//!
+//! That CPU time is the server's and the client's together, since both run
+//! in this process. The bench also counts the client's own threads (its
+//! runtime's workers and the main thread, which drives it; each thread's
+//! kernel time included, so the client's share carries the loopback
+//! delivery of its requests and the server's that of its responses) and
+//! prints the rest, the server's CPU a request, with the share of the bare
+//! server's rate it leaves when the server's CPU is all that limits the
+//! rate: about what a server keeps when its clients run on other machines
+//! (there it receives each request itself and hands its responses to a
+//! network card, where here each side's kernel delivers what it sends).
 
 mod support;
 
@@ -122,6 +133,9 @@ struct Load {
     p99_us: u32,
     /// CPU time per request of this process (server and client).
     process_cpu_us: f64,
+    /// CPU time per request of the client's threads, a part of
+    /// `process_cpu_us`.
+    client_cpu_us: f64,
     /// CPU time per request of redis-server.
     redis_cpu_us: f64,
     /// CPU time the hypervisor gave to other machines while this ran, in
@@ -152,12 +166,36 @@ fn redis_reads(redis: &RedisProcess) -> u64 {
 /// whole 10 ms ticks). On a kernel with paravirtual steal accounting, time
 /// the host took from the machine is not in it.
 fn cpu_micros(pid: &str) -> f64 {
+    threads_cpu_micros(pid, |_, _| true)
+}
+
+/// The name of the client runtime's worker threads.
+const CLIENT_THREAD: &str = "http-client";
+
+/// The CPU time of the client's threads in this process, in microseconds:
+/// its runtime's workers, and the main thread, which drives the client and
+/// does nothing else while a load runs (with one client thread, the whole
+/// client runs on it).
+fn client_cpu_micros() -> f64 {
+    let main = std::process::id().to_string();
+    threads_cpu_micros("self", |tid, name| tid == main || name == CLIENT_THREAD)
+}
+
+/// [`cpu_micros`] of the threads of process `pid` that `pick` selects by
+/// their id and their name.
+fn threads_cpu_micros(pid: &str, pick: impl Fn(&str, &str) -> bool) -> f64 {
     let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
         .flatten();
     let nanos: u64 = threads
         .filter_map(|thread| {
-            let schedstat = std::fs::read_to_string(thread.ok()?.path().join("schedstat")).ok()?;
+            let path = thread.ok()?.path();
+            let tid = path.file_name()?.to_str()?.to_owned();
+            let name = std::fs::read_to_string(path.join("comm")).ok()?;
+            if !pick(&tid, name.trim_end()) {
+                return None;
+            }
+            let schedstat = std::fs::read_to_string(path.join("schedstat")).ok()?;
             schedstat.split_whitespace().next()?.parse::<u64>().ok()
         })
         .sum();
@@ -213,6 +251,7 @@ fn load(
             p50_us: at(0.50),
             p99_us: at(0.99),
             process_cpu_us: 0.0,
+            client_cpu_us: 0.0,
             redis_cpu_us: 0.0,
             requests_per_read: 0.0,
             steal_percent: 0.0,
@@ -240,7 +279,7 @@ fn main() {
     let client_threads = support::env_number("HTTP_BENCH_CLIENT_THREADS", 2).max(1);
     let client_runtime = match client_threads {
         1 => support::current_thread_runtime(),
-        n => support::multi_thread_runtime(n as usize),
+        n => support::named_runtime(n as usize, CLIENT_THREAD),
     };
     let redis_conn = RedisConnections {
         tcp: redis.connection(&server_runtime),
@@ -277,6 +316,7 @@ fn main() {
             let (addr, stop) = start_server(&server_runtime, app, router);
             load(&client_runtime, addr, connections, warm_up);
             let (process_before, redis_before) = (cpu_micros("self"), cpu_micros(&redis.pid()));
+            let client_before = client_cpu_micros();
             let reads_before = redis_reads(&redis);
             let ticks_before = support::machine::cpu_ticks();
             let mut measured = load(&client_runtime, addr, connections, requests);
@@ -284,6 +324,7 @@ fn main() {
             measured.steal_percent = ticks_before.steal_percent_until(ticks_after);
             measured.idle_percent = ticks_before.idle_percent_until(ticks_after);
             measured.process_cpu_us = (cpu_micros("self") - process_before) / requests as f64;
+            measured.client_cpu_us = (client_cpu_micros() - client_before) / requests as f64;
             measured.redis_cpu_us = (cpu_micros(&redis.pid()) - redis_before) / requests as f64;
             // The reads of the two INFO commands themselves are left out.
             let reads = redis_reads(&redis).saturating_sub(reads_before + 2);
@@ -292,11 +333,12 @@ fn main() {
                 reads => requests as f64 / reads as f64,
             };
             eprintln!(
-                "round {round}: {server:<21} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us  CPU {:>5.1} + {:>4.1} us/request  steal {:>4.1}%  idle {:>4.1}%",
+                "round {round}: {server:<21} {:>9.0} req/s  p50 {:>5} us  p99 {:>6} us  CPU {:>5.1} (client {:>4.1}) + {:>4.1} us/request  steal {:>4.1}%  idle {:>4.1}%",
                 measured.rate,
                 measured.p50_us,
                 measured.p99_us,
                 measured.process_cpu_us,
+                measured.client_cpu_us,
                 measured.redis_cpu_us,
                 measured.steal_percent,
                 measured.idle_percent
@@ -324,6 +366,18 @@ fn main() {
             support::median(&cpu)
         })
         .collect();
+    // The server's own CPU a request, median over its rounds: this process
+    // less the client's threads.
+    let server_cpu_per_request: Vec<f64> = results
+        .iter()
+        .map(|(_, loads)| {
+            let cpu: Vec<f64> = loads
+                .iter()
+                .map(|l| l.process_cpu_us - l.client_cpu_us)
+                .collect();
+            support::median(&cpu)
+        })
+        .collect();
     // The median round of each server, by rate, and its slowest and
     // fastest rates.
     let median = |loads: &mut Vec<Load>| {
@@ -341,7 +395,7 @@ fn main() {
         .collect();
     let base = medians[0].1.load.rate;
     println!(
-        "{:<21} {:>10} {:>15} {:>9} {:>9} {:>10} {:>22} {:>15} {:>20} {:>8} {:>8}",
+        "{:<21} {:>10} {:>15} {:>9} {:>9} {:>10} {:>22} {:>15} {:>15} {:>20} {:>8} {:>8}",
         "server",
         "req/s",
         "rounds' range",
@@ -349,6 +403,7 @@ fn main() {
         "p99 us",
         "vs none",
         "bench CPU us/request",
+        "of it, client",
         "redis CPU us/r",
         "requests/redis read",
         "steal",
@@ -364,7 +419,7 @@ fn main() {
     ) in &medians
     {
         println!(
-            "{:<21} {:>10.0} {:>15} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>20.2} {:>7.1}% {:>7.1}%",
+            "{:<21} {:>10.0} {:>15} {:>9} {:>9} {:>9.1}% {:>22.1} {:>15.1} {:>15.1} {:>20.2} {:>7.1}% {:>7.1}%",
             server,
             load.rate,
             format!("{slowest:.0}-{fastest:.0}"),
@@ -372,6 +427,7 @@ fn main() {
             load.p99_us,
             100.0 * load.rate / base,
             load.process_cpu_us,
+            load.client_cpu_us,
             load.redis_cpu_us,
             load.requests_per_read,
             load.steal_percent,
@@ -390,6 +446,15 @@ fn main() {
         println!(
             "{server:<21} {cpu:>8.1} us {:>9.1}%",
             100.0 * cpu_per_request[0] / cpu
+        );
+    }
+    println!(
+        "The server's CPU a request (this process less the client's threads), median of the rounds, and the share of the none server's rate it leaves when the server's CPU is all that limits the rate, as with its clients on other machines:"
+    );
+    for ((server, _), cpu) in medians.iter().zip(&server_cpu_per_request) {
+        println!(
+            "{server:<21} {cpu:>8.1} us {:>9.1}%",
+            100.0 * server_cpu_per_request[0] / cpu
         );
     }
     let layout = match layout {

@@ -18,8 +18,15 @@ pub fn two_worker_runtime() -> tokio::runtime::Runtime {
 
 /// A tokio runtime of `workers` workers with its timers and I/O.
 pub fn multi_thread_runtime(workers: usize) -> tokio::runtime::Runtime {
+    named_runtime(workers, "tokio-runtime-worker")
+}
+
+/// [`multi_thread_runtime`] with its workers named `name`, by which a bench
+/// can tell their CPU time from its other threads'.
+pub fn named_runtime(workers: usize, name: &str) -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(workers)
+        .thread_name(name)
         .enable_all()
         .build()
         .expect("a tokio runtime")
