@@ -166,40 +166,47 @@ fn redis_reads(redis: &RedisProcess) -> u64 {
 /// whole 10 ms ticks). On a kernel with paravirtual steal accounting, time
 /// the host took from the machine is not in it.
 fn cpu_micros(pid: &str) -> f64 {
-    threads_cpu_micros(pid, |_, _| true)
+    threads_cpu_micros(pid, |_| false).0
 }
 
 /// The name of the client runtime's worker threads.
 const CLIENT_THREAD: &str = "http-client";
 
-/// The CPU time of the client's threads in this process, in microseconds:
-/// its runtime's workers, and the main thread, which drives the client and
-/// does nothing else while a load runs (with one client thread, the whole
-/// client runs on it).
-fn client_cpu_micros() -> f64 {
+/// [`cpu_micros`] of this process, and of it the client's threads': its
+/// runtime's workers, and the main thread, which drives the client and does
+/// nothing else while a load runs (with one client thread, the whole client
+/// runs on it). One pass over the threads.
+fn own_cpu_micros() -> (f64, f64) {
     let main = std::process::id().to_string();
-    threads_cpu_micros("self", |tid, name| tid == main || name == CLIENT_THREAD)
+    threads_cpu_micros("self", |thread| {
+        thread.file_name().is_some_and(|tid| *tid == *main)
+            || std::fs::read_to_string(thread.join("comm"))
+                .is_ok_and(|name| name.trim_end() == CLIENT_THREAD)
+    })
 }
 
-/// [`cpu_micros`] of the threads of process `pid` that `pick` selects by
-/// their id and their name.
-fn threads_cpu_micros(pid: &str, pick: impl Fn(&str, &str) -> bool) -> f64 {
-    let threads = std::fs::read_dir(format!("/proc/{pid}/task"))
+/// The CPU time of every thread of process `pid`, and of those for which
+/// `pick` (given the thread's `/proc` directory) is true, in microseconds.
+fn threads_cpu_micros(pid: &str, pick: impl Fn(&std::path::Path) -> bool) -> (f64, f64) {
+    let (mut all, mut picked) = (0_u64, 0_u64);
+    for thread in std::fs::read_dir(format!("/proc/{pid}/task"))
         .into_iter()
-        .flatten();
-    let nanos: u64 = threads
-        .filter_map(|thread| {
-            let path = thread.ok()?.path();
-            let tid = path.file_name()?.to_str()?.to_owned();
-            let name = std::fs::read_to_string(path.join("comm")).ok()?;
-            if !pick(&tid, name.trim_end()) {
-                return None;
-            }
-            let schedstat = std::fs::read_to_string(path.join("schedstat")).ok()?;
-            schedstat.split_whitespace().next()?.parse::<u64>().ok()
-        })
-        .sum();
-    nanos as f64 / 1_000.0
+        .flatten()
+        .flatten()
+    {
+        let path = thread.path();
+        let Some(nanos) = std::fs::read_to_string(path.join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        all += nanos;
+        if pick(&path) {
+            picked += nanos;
+        }
+    }
+    (all as f64 / 1_000.0, picked as f64 / 1_000.0)
 }
 
 /// Pins every thread of process `pid` to `cpus`, a list in `taskset`'s
@@ -260,6 +267,22 @@ fn load(
     })
 }
 
+/// For each server, the median over its rounds of `cpu` of a round.
+fn median_per_server(results: &[(&str, Vec<Load>)], cpu: impl Fn(&Load) -> f64) -> Vec<f64> {
+    results
+        .iter()
+        .map(|(_, loads)| support::median(&loads.iter().map(&cpu).collect::<Vec<_>>()))
+        .collect()
+}
+
+/// Each server's CPU a request, and the share of the first server's (`none`)
+/// rate it leaves when that CPU is all that limits the rate.
+fn print_cpu_shares(servers: &[(&str, Median)], cpu: &[f64]) {
+    for ((server, _), us) in servers.iter().zip(cpu) {
+        println!("{server:<21} {us:>8.1} us {:>9.1}%", 100.0 * cpu[0] / us);
+    }
+}
+
 fn main() {
     let requests = support::env_number("HTTP_BENCH_REQUESTS", 20_000);
     let connections = support::env_number("HTTP_BENCH_CONNECTIONS", 32).max(1);
@@ -315,16 +338,17 @@ fn main() {
             let router = server_router(server, &redis_conn);
             let (addr, stop) = start_server(&server_runtime, app, router);
             load(&client_runtime, addr, connections, warm_up);
-            let (process_before, redis_before) = (cpu_micros("self"), cpu_micros(&redis.pid()));
-            let client_before = client_cpu_micros();
+            let ((process_before, client_before), redis_before) =
+                (own_cpu_micros(), cpu_micros(&redis.pid()));
             let reads_before = redis_reads(&redis);
             let ticks_before = support::machine::cpu_ticks();
             let mut measured = load(&client_runtime, addr, connections, requests);
             let ticks_after = support::machine::cpu_ticks();
             measured.steal_percent = ticks_before.steal_percent_until(ticks_after);
             measured.idle_percent = ticks_before.idle_percent_until(ticks_after);
-            measured.process_cpu_us = (cpu_micros("self") - process_before) / requests as f64;
-            measured.client_cpu_us = (client_cpu_micros() - client_before) / requests as f64;
+            let (process_after, client_after) = own_cpu_micros();
+            measured.process_cpu_us = (process_after - process_before) / requests as f64;
+            measured.client_cpu_us = (client_after - client_before) / requests as f64;
             measured.redis_cpu_us = (cpu_micros(&redis.pid()) - redis_before) / requests as f64;
             // The reads of the two INFO commands themselves are left out.
             let reads = redis_reads(&redis).saturating_sub(reads_before + 2);
@@ -349,35 +373,18 @@ fn main() {
     }
     // The CPU a request of each server took, median over its rounds: the
     // bench process's, and Redis's too when Redis shares the bench's CPUs.
-    let cpu_per_request: Vec<f64> = results
-        .iter()
-        .map(|(_, loads)| {
-            let cpu: Vec<f64> = loads
-                .iter()
-                .map(|l| {
-                    l.process_cpu_us
-                        + if layout.is_none() {
-                            l.redis_cpu_us
-                        } else {
-                            0.0
-                        }
-                })
-                .collect();
-            support::median(&cpu)
-        })
-        .collect();
+    let cpu_per_request = median_per_server(&results, |l| {
+        l.process_cpu_us
+            + if layout.is_none() {
+                l.redis_cpu_us
+            } else {
+                0.0
+            }
+    });
     // The server's own CPU a request, median over its rounds: this process
     // less the client's threads.
-    let server_cpu_per_request: Vec<f64> = results
-        .iter()
-        .map(|(_, loads)| {
-            let cpu: Vec<f64> = loads
-                .iter()
-                .map(|l| l.process_cpu_us - l.client_cpu_us)
-                .collect();
-            support::median(&cpu)
-        })
-        .collect();
+    let server_cpu_per_request =
+        median_per_server(&results, |l| l.process_cpu_us - l.client_cpu_us);
     // The median round of each server, by rate, and its slowest and
     // fastest rates.
     let median = |loads: &mut Vec<Load>| {
@@ -442,21 +449,11 @@ fn main() {
             "this process; redis-server has its own CPU"
         }
     );
-    for ((server, _), cpu) in medians.iter().zip(&cpu_per_request) {
-        println!(
-            "{server:<21} {cpu:>8.1} us {:>9.1}%",
-            100.0 * cpu_per_request[0] / cpu
-        );
-    }
+    print_cpu_shares(&medians, &cpu_per_request);
     println!(
         "The server's CPU a request (this process less the client's threads), median of the rounds, and the share of the none server's rate it leaves when the server's CPU is all that limits the rate, as with its clients on other machines:"
     );
-    for ((server, _), cpu) in medians.iter().zip(&server_cpu_per_request) {
-        println!(
-            "{server:<21} {cpu:>8.1} us {:>9.1}%",
-            100.0 * server_cpu_per_request[0] / cpu
-        );
-    }
+    print_cpu_shares(&medians, &server_cpu_per_request);
     let layout = match layout {
         Some(_) => "redis-server on a CPU of its own",
         None => "sharing every CPU",
