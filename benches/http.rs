@@ -314,6 +314,7 @@ fn main() {
         "== http: {requests} requests over {connections} connections, {rounds} round(s), median round =="
     );
     println!("machine: {}", support::machine::describe());
+    println!("kernel: {}", support::machine::kernel_entry());
     println!("client: {client_threads} thread(s)");
     match &layout {
         Some((redis_cpu, ours)) => {
