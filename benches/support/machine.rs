@@ -40,7 +40,7 @@ pub fn describe() -> String {
 pub fn kernel_entry() -> String {
     const ROUNDS: usize = 21;
     const CALLS: u32 = 20_000;
-    let mut per_call: Vec<f64> = (0..ROUNDS)
+    let per_call: Vec<f64> = (0..ROUNDS)
         .map(|_| {
             let start = std::time::Instant::now();
             for _ in 0..CALLS {
@@ -49,7 +49,6 @@ pub fn kernel_entry() -> String {
             start.elapsed().as_nanos() as f64 / f64::from(CALLS)
         })
         .collect();
-    per_call.sort_by(f64::total_cmp);
     let mut flaws: Vec<String> = std::fs::read_dir("/sys/devices/system/cpu/vulnerabilities")
         .into_iter()
         .flatten()
@@ -64,7 +63,7 @@ pub fn kernel_entry() -> String {
     flaws.sort();
     format!(
         "a system call {:.0} ns (getpid, median of {ROUNDS} rounds of {CALLS}); {}",
-        per_call[ROUNDS / 2],
+        super::median(&per_call),
         if flaws.is_empty() {
             "no mitigations listed".to_owned()
         } else {
