@@ -75,6 +75,12 @@
 //! rate: about what a server keeps when its clients run on other machines
 //! (there it receives each request itself and hands its responses to a
 //! network card, where here each side's kernel delivers what it sends).
+//!
+//! Most of a bare request's CPU over loopback is the kernel's, so beside the
+//! machine the bench prints what a system call that does nothing takes there
+//! and the kernel's mitigations of the processor's flaws
+//! ([`support::machine::kernel_entry`]): what to set beside the rates when
+//! comparing machines.
 
 mod support;
 
