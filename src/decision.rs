@@ -117,7 +117,8 @@ impl Decision {
     /// Writes this decision's headers on a response that passed, unless
     /// the response already reports as few retries or fewer: a handler, or
     /// a limit nested inside this one, that knows of a tighter limit keeps
-    /// its pair. A reported value that is not a whole number is replaced.
+    /// its pair. A reported value that is not a whole number is replaced; a
+    /// negative one (a handler's own count run past its limit) is kept.
     ///
     /// ```
     /// use suprnova::HttpResponse;
@@ -136,8 +137,8 @@ impl Decision {
             .headers()
             .get(&REMAINING)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
-        if reported.is_none_or(|reported| reported > self.remaining) {
+            .and_then(|v| v.trim().parse::<i128>().ok());
+        if reported.is_none_or(|reported| reported > i128::from(self.remaining)) {
             self.apply_headers(response);
         }
     }
@@ -258,5 +259,31 @@ mod tests {
         assert_eq!(r.header_str("x-ratelimit-remaining"), Some("59"));
         assert_eq!(r.header_str("retry-after"), None);
         assert_eq!(r.header_str("x-ratelimit-reset"), None);
+    }
+
+    #[test]
+    fn a_reported_count_is_kept_at_or_below_and_replaced_above() {
+        let kept_at = |reported: &str, remaining: u64| {
+            let mut r = HttpResponse::text("ok")
+                .header("X-RateLimit-Limit", "5")
+                .header("X-RateLimit-Remaining", reported);
+            Decision::allowed(60, remaining).apply_headers_unless_tighter(&mut r);
+            (
+                r.header_str("x-ratelimit-limit").map(str::to_owned),
+                r.header_str("x-ratelimit-remaining").map(str::to_owned),
+            )
+        };
+        let ours = |remaining: &str| (Some("60".to_owned()), Some(remaining.to_owned()));
+        let theirs = |remaining: &str| (Some("5".to_owned()), Some(remaining.to_owned()));
+        assert_eq!(kept_at("3", 3), theirs("3"));
+        assert_eq!(kept_at(" 2 ", 3), theirs(" 2 "));
+        // A handler's own count run past its limit is at or below any count.
+        assert_eq!(kept_at("-1", 0), theirs("-1"));
+        assert_eq!(kept_at("4", 3), ours("3"));
+        // Past u64: above every count, so replaced rather than misread.
+        assert_eq!(kept_at("99999999999999999999", 3), ours("3"));
+        for garbled in ["soon", "3.5", ""] {
+            assert_eq!(kept_at(garbled, 3), ours("3"), "{garbled:?}");
+        }
     }
 }
