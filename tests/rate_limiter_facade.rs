@@ -84,6 +84,54 @@ async fn laravels_observed_basics() {
     assert!(!limiter.reset_attempts("unknown").await.unwrap());
 }
 
+/// `attempt` counts before its callback runs; a full count whose timer is
+/// gone is reset, as `too_many_attempts` resets it; a maximum of 0 runs
+/// nothing and counts nothing.
+#[tokio::test]
+async fn attempt_counts_before_the_callback_and_reopens_an_ended_window() {
+    let clock = FakeClock::at_unix(Y2K);
+    let (limiter, store) = limiter_at(&clock);
+    let seen = limiter
+        .attempt("a", 2, || limiter.attempts("a"), 60)
+        .await
+        .unwrap();
+    assert_eq!(
+        seen.unwrap().unwrap(),
+        1,
+        "the callback sees its own attempt"
+    );
+
+    assert_eq!(limiter.hit("a", 60).await.unwrap(), 2);
+    assert_eq!(
+        limiter.attempt("a", 2, || async {}, 60).await.unwrap(),
+        None
+    );
+    assert_eq!(limiter.attempts("a").await.unwrap(), 2);
+    // The timer gone and the count left at its maximum: a new window.
+    assert!(store.forget("a:timer").await.unwrap());
+    assert_eq!(
+        limiter
+            .attempt("a", 2, || async { "ran" }, 60)
+            .await
+            .unwrap(),
+        Some("ran")
+    );
+    assert_eq!(limiter.attempts("a").await.unwrap(), 1);
+    assert_eq!(
+        store.get("a:timer").await.unwrap().as_deref(),
+        Some("946684860")
+    );
+
+    assert_eq!(
+        limiter
+            .attempt("zero", 0, || async { unreachable!() }, 60)
+            .await
+            .unwrap(),
+        None::<()>
+    );
+    assert_eq!(store.get("zero").await.unwrap(), None);
+}
+
 #[tokio::test]
 async fn a_window_opened_at_half_a_second_reports_zero_seconds_before_it_ends() {
     let clock = FakeClock::at_unix(Y2K);

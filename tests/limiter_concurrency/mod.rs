@@ -21,12 +21,16 @@ pub enum Decide {
     HitAndCheck,
     /// `increment_if_below`, which counts only while there is room.
     IncrementIfBelow,
+    /// `attempt`, with a callback that lets the other clients run before
+    /// it returns: admitted when the callback ran.
+    Attempt,
 }
 
-pub const EVERY_WAY: [Decide; 3] = [
+pub const EVERY_WAY: [Decide; 4] = [
     Decide::IncrementThenCompare,
     Decide::HitAndCheck,
     Decide::IncrementIfBelow,
+    Decide::Attempt,
 ];
 
 async fn admits(limiter: &CacheRateLimiter, key: &str, decide: Decide) -> bool {
@@ -40,6 +44,11 @@ async fn admits(limiter: &CacheRateLimiter, key: &str, decide: Decide) -> bool {
                 .unwrap()
                 .counted
         }
+        Decide::Attempt => limiter
+            .attempt(key, LIMIT, tokio::task::yield_now, 60)
+            .await
+            .unwrap()
+            .is_some(),
     }
 }
 
