@@ -367,6 +367,19 @@ fn every_alias_refusal_names_its_reason() {
             ThrottleAliasError::ArgumentsAfterLimiterName { name: "api".into() },
             "`throttle:api` names a rate limiter, which takes no further arguments",
         ),
+        (
+            &["2fa", "1"],
+            ThrottleAliasError::ArgumentsAfterLimiterName { name: "2fa".into() },
+            "`throttle:2fa` names a rate limiter, which takes no further arguments",
+        ),
+        (
+            &["1e1"],
+            ThrottleAliasError::NotANumber {
+                what: "limit",
+                value: "1e1".into(),
+            },
+            "the limit of `throttle` must be a whole number, got `1e1`",
+        ),
     ];
     for (args, error, message) in cases {
         let got = refused(args);
@@ -436,6 +449,13 @@ async fn alias_forms_map_to_their_limits_and_keys() {
             let api = named("/named", "throttle:api");
             assert_eq!(admitted(&api, "/named", GUEST, 3).await, 2);
             assert_eq!(attempts("api:k").await, 2);
+
+            // A name that starts with a digit but is not a number, as
+            // Laravel's `RateLimiter::for('2fa', ...)` and `throttle:2fa`.
+            RateLimiter::define("2fa", |_req| Limit::per_minute(1).by("k").into());
+            let two_factor = named("/2fa", "throttle:2fa");
+            assert_eq!(admitted(&two_factor, "/2fa", GUEST, 2).await, 1);
+            assert_eq!(attempts("2fa:k").await, 1);
         })
         .await;
 }

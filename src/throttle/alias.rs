@@ -92,10 +92,11 @@ impl ThrottleRequestsMiddleware {
     /// | `10\|60,1` | 10 a minute for a guest, 60 for a signed-in user ([`Request::user_id`](crate::Request::user_id)) |
     /// | `api` | the named limiter `api`: [`by_name("api")`](Self::by_name), looked up at request time |
     ///
-    /// A first argument that starts with a digit, a sign or a `.`, or that
-    /// holds a `|`, is read as a number; any other first argument names a
-    /// limiter, so a limiter name must start with a letter (or another
-    /// character that cannot start a number). Numbers are whole and
+    /// A first argument that is a number as PHP's `is_numeric` reads one
+    /// (digits, with a sign, a point, an exponent or blanks around them), or
+    /// that holds a `|`, is read as a limit; any other first argument names
+    /// a limiter, as Laravel looks up a limiter by any name that is not a
+    /// number: `throttle:2fa` names the limiter `2fa`. Numbers are whole and
     /// positive: unlike Laravel, `1.5` or `1e1` are refused rather than
     /// truncated, and the window is whole minutes.
     ///
@@ -142,9 +143,7 @@ fn read_first(value: &str) -> Result<First<'_>, ThrottleAliasError> {
             user: read_limit("user limit", user)?,
         });
     }
-    let looks_numeric = value.is_empty()
-        || value.starts_with(|c: char| c.is_ascii_digit() || matches!(c, '+' | '-' | '.'));
-    if looks_numeric {
+    if value.is_empty() || is_numeric(value) {
         let limit = read_limit("limit", value)?;
         Ok(First::Limits {
             guest: limit,
@@ -182,6 +181,28 @@ fn read_window(value: &str) -> Result<i64, ThrottleAliasError> {
     }
 }
 
+/// Whether PHP's `is_numeric` takes `value` for a number: blanks, an
+/// optional sign, digits with an optional point (at least one digit), an
+/// optional exponent, blanks. A limiter name is any first argument that is
+/// not one.
+fn is_numeric(value: &str) -> bool {
+    let value = value.trim_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let value = value.strip_prefix(['+', '-']).unwrap_or(value);
+    let (mantissa, exponent) = match value.find(['e', 'E']) {
+        Some(at) => (&value[..at], Some(&value[at + 1..])),
+        None => (value, None),
+    };
+    let (whole, fraction) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    let digits = |part: &str| part.bytes().all(|b| b.is_ascii_digit());
+    let mantissa_is_number =
+        digits(whole) && digits(fraction) && !(whole.is_empty() && fraction.is_empty());
+    let exponent_is_number = exponent.is_none_or(|exponent| {
+        let exponent = exponent.strip_prefix(['+', '-']).unwrap_or(exponent);
+        !exponent.is_empty() && digits(exponent)
+    });
+    mantissa_is_number && exponent_is_number
+}
+
 /// ASCII digits only (no sign, no point, no exponent), within `i64`.
 fn whole_number(value: &str) -> Option<i64> {
     if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
@@ -204,17 +225,52 @@ mod tests {
     }
 
     #[test]
-    fn the_first_argument_is_a_name_unless_it_looks_like_a_number() {
+    fn numbers_as_php_reads_them() {
+        for number in [
+            "60",
+            "007",
+            "+1",
+            "-1",
+            "1.5",
+            ".5",
+            "5.",
+            "1e1",
+            "1E+1",
+            "2.5e-3",
+            " 1",
+            "1 ",
+            "\t1\n",
+            "99999999999999999999",
+        ] {
+            assert!(is_numeric(number), "{number:?}");
+        }
+        for name in [
+            "", ".", "+", "e1", "1e", "1e+", "1.2.3", "2fa", "1_000", "0x1A", "inf", "NaN", "1 1",
+            "api",
+        ] {
+            assert!(!is_numeric(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn the_first_argument_is_a_name_unless_it_is_a_number() {
         assert!(matches!(read_first("api"), Ok(First::Name("api"))));
         assert!(matches!(read_first("_x"), Ok(First::Name("_x"))));
+        assert!(matches!(read_first("2fa"), Ok(First::Name("2fa"))));
+        assert!(matches!(read_first("0x1A"), Ok(First::Name("0x1A"))));
         assert!(matches!(
             read_first("2|5"),
             Ok(First::Limits { guest: 2, user: 5 })
         ));
-        assert!(matches!(
-            read_first("2fa"),
-            Err(ThrottleAliasError::NotANumber { what: "limit", .. })
-        ));
+        for refused in ["", "1.5", "1e1", "-1", " 1"] {
+            assert!(
+                matches!(
+                    read_first(refused),
+                    Err(ThrottleAliasError::NotANumber { what: "limit", .. })
+                ),
+                "{refused:?}"
+            );
+        }
         assert!(matches!(
             read_first("api|5"),
             Err(ThrottleAliasError::NotANumber {
