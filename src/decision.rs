@@ -133,11 +133,16 @@ impl Decision {
     /// assert_eq!(looser.header_str("x-ratelimit-remaining"), Some("59"));
     /// ```
     pub fn apply_headers_unless_tighter(&self, response: &mut HttpResponse) {
-        let reported = response
-            .headers()
-            .get(&REMAINING)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<i128>().ok());
+        self.apply_headers_unless_reported(reported_remaining(response), response);
+    }
+
+    /// [`apply_headers_unless_tighter`](Self::apply_headers_unless_tighter)
+    /// with the response's [`reported_remaining`] already read.
+    pub(crate) fn apply_headers_unless_reported(
+        &self,
+        reported: Option<i128>,
+        response: &mut HttpResponse,
+    ) {
         if reported.is_none_or(|reported| reported > i128::from(self.remaining)) {
             self.apply_headers(response);
         }
@@ -149,6 +154,16 @@ impl Decision {
         self.apply_headers(&mut response);
         response
     }
+}
+
+/// The `X-RateLimit-Remaining` a response already carries, when it is a
+/// whole number (negative included).
+pub(crate) fn reported_remaining(response: &HttpResponse) -> Option<i128> {
+    response
+        .headers()
+        .get(&REMAINING)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<i128>().ok())
 }
 
 /// How many numbers [`STATIC_DIGITS`] holds: the places left, and the

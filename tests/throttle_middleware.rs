@@ -182,6 +182,76 @@ async fn nested_throttles_report_the_tighter_pair() {
         .await;
 }
 
+/// Limits that count in one bucket report it after every count of the
+/// request, as Laravel reads each bucket after counting: two limits of one
+/// throttle whose keys clean to one bucket, and two throttles nested on a
+/// route without a prefix, whichever runs outermost.
+#[tokio::test]
+async fn limits_that_share_a_bucket_report_it_after_every_count() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("api", |_req| {
+                vec![
+                    Limit::per_minute(5).by("caf\u{e9}"),
+                    Limit::per_minute(3).by("cafe"),
+                ]
+                .into()
+            });
+            let router =
+                ok_routes(&["/cafe"]).middleware(ThrottleRequestsMiddleware::by_name("api"));
+            let first = get(&router, "/cafe", GUEST).await;
+            assert_eq!(first.status_code(), 200);
+            assert_eq!(first.header_str("x-ratelimit-limit"), Some("3"));
+            assert_eq!(remaining(&first), Some("1"));
+            assert_eq!(attempts("api:cafe").await, 2);
+            let second = get(&router, "/cafe", GUEST).await;
+            assert_eq!(second.status_code(), 200);
+            assert_eq!(second.header_str("x-ratelimit-limit"), Some("3"));
+            assert_eq!(remaining(&second), Some("0"));
+            assert_eq!(get(&router, "/cafe", GUEST).await.status_code(), 429);
+            assert_eq!(attempts("api:cafe").await, 4);
+
+            for (path, outer, inner) in [("/outer-tighter", 3, 10), ("/inner-tighter", 10, 3)] {
+                let router = ok_routes(&[path])
+                    .middleware(ThrottleRequestsMiddleware::with(outer, 1, ""))
+                    .middleware(ThrottleRequestsMiddleware::with(inner, 1, ""));
+                let r = get(&router, path, GUEST).await;
+                assert_eq!(r.status_code(), 200, "{path}");
+                assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"), "{path}");
+                assert_eq!(remaining(&r), Some("1"), "{path}");
+                assert_eq!(attempts(&format!("ip:203.0.113.5:path:{path}")).await, 2);
+            }
+        })
+        .await;
+}
+
+/// Two identical limits count a request twice, under one fallback key: a
+/// limit of 2 admits one request a minute.
+#[tokio::test]
+async fn identical_limits_admit_one_request_a_minute() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/twice"]).middleware(
+                ThrottleRequestsMiddleware::with_limits(vec![Limit::per_minute(2).by("a"); 2])
+                    .prefix("api"),
+            );
+            let first = get(&router, "/twice", GUEST).await;
+            assert_eq!(first.status_code(), 200);
+            assert_eq!(first.header_str("x-ratelimit-limit"), Some("2"));
+            assert_eq!(remaining(&first), Some("0"));
+            assert_eq!(attempts("api:a:attempts:2:decay:60").await, 2);
+            let refused = get(&router, "/twice", GUEST).await;
+            assert_eq!(refused.status_code(), 429);
+            assert_eq!(refused.header_str("retry-after"), Some("60"));
+            assert_eq!(attempts("api:a:attempts:2:decay:60").await, 2);
+            clock.advance(Duration::from_secs(60));
+            assert_eq!(admitted(&router, "/twice", GUEST, 2).await, 1);
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn by_name_counts_under_the_name_and_each_limit_key() {
     let clock = clock_at(12, 0, 0);

@@ -17,6 +17,7 @@ mod named;
 mod rate_limiter;
 
 pub use clean_key::clean_rate_limiter_key;
+pub(crate) use clean_key::cleaned;
 pub use facade::RateLimiter;
 pub use limit::{AfterCallback, GlobalLimit, Limit, ResponseCallback, Unlimited};
 pub use limit_result::LimitResult;

@@ -1,13 +1,15 @@
 //! The request path of the throttle: check, count, and count again after
 //! the response.
 
+use std::borrow::Cow;
+
 use futures_util::future::{try_join, try_join_all};
 
 use super::headers::refusal;
 use super::one_or_more::OneOrMore;
 use crate::cache::CacheError;
 use crate::http::{HttpResponse, Request};
-use crate::limiter::{CacheRateLimiter, Limit};
+use crate::limiter::{CacheRateLimiter, Limit, cleaned};
 
 /// What the limits said before the handler ran.
 pub(super) enum Admission {
@@ -100,6 +102,49 @@ pub(super) async fn count_after(
     .await?;
     for (i, outcome) in accepted.into_iter().zip(outcomes) {
         counts[i] = outcome.count;
+    }
+    Ok(())
+}
+
+/// Gives every limit whose key cleans to the same bucket as another's the
+/// bucket's latest count: the highest its limits saw, since the request's
+/// increments in one bucket come one after the other. Laravel reads each
+/// bucket after the request has counted in all of them, so two limits
+/// that count in one bucket (`café` and `cafe`) both report it after both
+/// counts.
+pub(super) fn share_bucket_counts(limits: &[Limit], counts: &mut [i64]) {
+    if limits.len() < 2 {
+        return;
+    }
+    let buckets: Vec<Cow<'_, str>> = limits.iter().map(|limit| cleaned(&limit.key)).collect();
+    let latest: Vec<i64> = buckets
+        .iter()
+        .map(|bucket| {
+            buckets
+                .iter()
+                .zip(counts.iter())
+                .filter(|(other, _)| *other == bucket)
+                .map(|(_, &count)| count)
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    counts.copy_from_slice(&latest);
+}
+
+/// Reads every limit's bucket again, after a limit nested inside this
+/// throttle reported its own headers: it may have counted in one of these
+/// buckets after this throttle did (two throttles on one route without a
+/// prefix share a bucket). Each count becomes the higher of the two, as
+/// Laravel's headers read every bucket after the response.
+pub(super) async fn read_again(
+    limiter: &CacheRateLimiter,
+    limits: &[Limit],
+    counts: &mut [i64],
+) -> Result<(), CacheError> {
+    let found = try_join_all(limits.iter().map(|limit| limiter.attempts(&limit.key))).await?;
+    for (count, found) in counts.iter_mut().zip(found) {
+        *count = (*count).max(found);
     }
     Ok(())
 }

@@ -63,11 +63,17 @@ pub(super) fn tightest(limits: &[Limit], counts: &[i64]) -> Option<(i64, i64)> {
 }
 
 /// Sets `X-RateLimit-Limit` and `X-RateLimit-Remaining`, unless the
-/// response already reports `remaining` or fewer retries (see
-/// [`Decision::apply_headers_unless_tighter`]).
-pub(super) fn report(response: &mut HttpResponse, max_attempts: i64, remaining: i64) {
+/// response already reports (`reported`, its
+/// [`reported_remaining`](crate::decision::reported_remaining)) `remaining`
+/// or fewer retries (see [`Decision::apply_headers_unless_tighter`]).
+pub(super) fn report(
+    response: &mut HttpResponse,
+    reported: Option<i128>,
+    max_attempts: i64,
+    remaining: i64,
+) {
     Decision::allowed(count_header(max_attempts), count_header(remaining))
-        .apply_headers_unless_tighter(response);
+        .apply_headers_unless_reported(reported, response);
 }
 
 /// A count as a header number: never below 0.
@@ -78,6 +84,7 @@ fn count_header(n: i64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::decision::reported_remaining;
 
     fn request() -> Request {
         Request::new(http::Request::get("/").body(String::new()).unwrap())
@@ -134,19 +141,19 @@ mod tests {
         let mut kept = HttpResponse::new()
             .header("X-RateLimit-Limit", "10")
             .header("X-RateLimit-Remaining", "3");
-        report(&mut kept, 60, 3);
+        report(&mut kept, reported_remaining(&kept), 60, 3);
         assert_eq!(kept.header_str("x-ratelimit-limit"), Some("10"));
         assert_eq!(kept.header_str("x-ratelimit-remaining"), Some("3"));
 
         let mut replaced = HttpResponse::new()
             .header("X-RateLimit-Limit", "100")
             .header("X-RateLimit-Remaining", "80");
-        report(&mut replaced, 60, 59);
+        report(&mut replaced, reported_remaining(&replaced), 60, 59);
         assert_eq!(replaced.header_str("x-ratelimit-limit"), Some("60"));
         assert_eq!(replaced.header_str("x-ratelimit-remaining"), Some("59"));
 
         let mut garbled = HttpResponse::new().header("X-RateLimit-Remaining", "soon");
-        report(&mut garbled, 60, 59);
+        report(&mut garbled, reported_remaining(&garbled), 60, 59);
         assert_eq!(garbled.header_str("x-ratelimit-remaining"), Some("59"));
     }
 }

@@ -4,11 +4,11 @@
 use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
-use super::counting::{Admission, admit, count_after};
+use super::counting::{Admission, admit, count_after, read_again, share_bucket_counts};
 use super::headers::{report, tightest};
 use super::source::{LimitSource, Resolved};
 use crate::container::App;
-use crate::decision::RETRY_AFTER_HEADER;
+use crate::decision::{RETRY_AFTER_HEADER, reported_remaining};
 use crate::http::{HttpResponse, Request, Response};
 use crate::limiter::{CacheRateLimiter, Limit, RateLimiter, apply_fallback_keys};
 use crate::middleware::{Middleware, Next};
@@ -279,8 +279,15 @@ impl Middleware for ThrottleRequestsMiddleware {
             tracing::warn!(%error, "throttle cache failed after the handler ran; no rate-limit headers");
             return response;
         }
+        share_bucket_counts(&limits, &mut counts);
+        let reported = reported_remaining(reply);
+        if reported.is_some()
+            && let Err(error) = read_again(&limiter, &limits, &mut counts).await
+        {
+            tracing::warn!(%error, "throttle cache failed after the handler ran; headers from the counts before it");
+        }
         if let Some((max_attempts, remaining)) = tightest(&limits, &counts) {
-            report(reply, max_attempts, remaining);
+            report(reply, reported, max_attempts, remaining);
         }
         response
     }
