@@ -141,19 +141,22 @@ mod tests {
         let mut kept = HttpResponse::new()
             .header("X-RateLimit-Limit", "10")
             .header("X-RateLimit-Remaining", "3");
-        report(&mut kept, reported_remaining(&kept), 60, 3);
+        let reported = reported_remaining(&kept);
+        report(&mut kept, reported, 60, 3);
         assert_eq!(kept.header_str("x-ratelimit-limit"), Some("10"));
         assert_eq!(kept.header_str("x-ratelimit-remaining"), Some("3"));
 
         let mut replaced = HttpResponse::new()
             .header("X-RateLimit-Limit", "100")
             .header("X-RateLimit-Remaining", "80");
-        report(&mut replaced, reported_remaining(&replaced), 60, 59);
+        let reported = reported_remaining(&replaced);
+        report(&mut replaced, reported, 60, 59);
         assert_eq!(replaced.header_str("x-ratelimit-limit"), Some("60"));
         assert_eq!(replaced.header_str("x-ratelimit-remaining"), Some("59"));
 
         let mut garbled = HttpResponse::new().header("X-RateLimit-Remaining", "soon");
-        report(&mut garbled, reported_remaining(&garbled), 60, 59);
+        let reported = reported_remaining(&garbled);
+        report(&mut garbled, reported, 60, 59);
         assert_eq!(garbled.header_str("x-ratelimit-remaining"), Some("59"));
     }
 }
