@@ -376,7 +376,7 @@ fn a_port_that_is_not_a_number_is_refused() {
     let refused = run_expecting_exit(&[("PORT", "eighty")]);
     assert_refused_before_listening(
         &refused,
-        "PORT=\"eighty\" is invalid: invalid digit found in string",
+        "PORT=\"eighty\" is invalid: expected a whole number from 0 to 65535 (invalid digit found in string)",
     );
 }
 

@@ -443,9 +443,13 @@ mod tests {
         );
         let err = redis(&[("REDIS_URL", "http://h")]).unwrap_err().to_string();
         assert!(err.contains("REDIS_URL"), "{err}");
-        let err = redis(&[("REDIS_PORT", "lots")]).unwrap_err().to_string();
-        assert!(err.contains("REDIS_PORT"), "{err}");
-        let err = redis(&[("REDIS_CACHE_DB", "-1")]).unwrap_err().to_string();
-        assert!(err.contains("REDIS_CACHE_DB"), "{err}");
+        assert_eq!(
+            redis(&[("REDIS_PORT", "lots")]).unwrap_err().to_string(),
+            "REDIS_PORT=\"lots\" is invalid: expected a whole number from 0 to 65535 (invalid digit found in string)"
+        );
+        assert_eq!(
+            redis(&[("REDIS_CACHE_DB", "-1")]).unwrap_err().to_string(),
+            "REDIS_CACHE_DB=\"-1\" is invalid: expected a whole number from 0 to 4294967295 (invalid digit found in string)"
+        );
     }
 }

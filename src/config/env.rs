@@ -84,8 +84,18 @@ impl Env {
             .filter(|v| !v.is_empty())
     }
 
-    /// The value of `name` parsed as `T`; an error names the variable and the
-    /// value when it does not parse.
+    /// The value of `name` parsed as `T`; an error names the variable, the
+    /// value, and the form expected (for the number types, their range).
+    ///
+    /// ```
+    /// use suprnova::config::Env;
+    ///
+    /// let env = Env::from_pairs([("PORT", "eighty")]);
+    /// assert_eq!(
+    ///     env.parse::<u16>("PORT").unwrap_err().to_string(),
+    ///     "PORT=\"eighty\" is invalid: expected a whole number from 0 to 65535 (invalid digit found in string)"
+    /// );
+    /// ```
     pub fn parse<T>(&self, name: &str) -> Result<Option<T>, ConfigError>
     where
         T: std::str::FromStr,
@@ -99,7 +109,10 @@ impl Env {
                 .map_err(|e| ConfigError::Invalid {
                     variable: name.to_owned(),
                     value: raw.clone(),
-                    reason: e.to_string(),
+                    reason: match expected_form::<T>() {
+                        Some(form) => format!("expected {form} ({e})"),
+                        None => e.to_string(),
+                    },
                 }),
         }
     }
@@ -121,6 +134,28 @@ impl Env {
             }),
         }
     }
+}
+
+/// What a value of `T` must look like, for the types a setting is read as:
+/// the number types with their range. `None` for others, whose parse error
+/// says it.
+fn expected_form<T>() -> Option<String> {
+    macro_rules! whole {
+        ($($t:ty),*) => {
+            $(
+                if std::any::type_name::<T>() == std::any::type_name::<$t>() {
+                    return Some(format!("a whole number from {} to {}", <$t>::MIN, <$t>::MAX));
+                }
+            )*
+        };
+    }
+    whole!(u8, u16, u32, u64, usize, i8, i16, i32, i64, isize);
+    if std::any::type_name::<T>() == std::any::type_name::<f64>()
+        || std::any::type_name::<T>() == std::any::type_name::<f32>()
+    {
+        return Some("a number".to_owned());
+    }
+    None
 }
 
 impl fmt::Debug for Env {
@@ -154,10 +189,29 @@ mod tests {
     }
 
     #[test]
-    fn parse_errors_name_variable_and_value() {
-        let env = Env::from_pairs([("PORT", "eighty")]);
-        let err = env.parse::<u16>("PORT").unwrap_err().to_string();
-        assert!(err.contains("PORT") && err.contains("eighty"), "{err}");
+    fn parse_errors_name_variable_value_and_expected_form() {
+        let env = Env::from_pairs([
+            ("PORT", "eighty"),
+            ("DB", "-1"),
+            ("RATIO", "x"),
+            ("IP", "y"),
+        ]);
+        assert_eq!(
+            env.parse::<u16>("PORT").unwrap_err().to_string(),
+            "PORT=\"eighty\" is invalid: expected a whole number from 0 to 65535 (invalid digit found in string)"
+        );
+        assert_eq!(
+            env.parse::<u32>("DB").unwrap_err().to_string(),
+            "DB=\"-1\" is invalid: expected a whole number from 0 to 4294967295 (invalid digit found in string)"
+        );
+        assert_eq!(
+            env.parse::<f64>("RATIO").unwrap_err().to_string(),
+            "RATIO=\"x\" is invalid: expected a number (invalid float literal)"
+        );
+        assert_eq!(
+            env.parse::<std::net::IpAddr>("IP").unwrap_err().to_string(),
+            "IP=\"y\" is invalid: invalid IP address syntax"
+        );
     }
 
     #[test]
