@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
+use suprnova::container::App;
+use suprnova::http::TrustedProxies;
 use suprnova::rate_limit::{ConnectionsPerIp, RateLimitMiddleware};
 use suprnova::server::{handle_request, handle_request_with_peer};
 use suprnova::{HttpResponse, Request, Router};
@@ -256,4 +258,52 @@ async fn through_the_real_server_each_client_address_has_its_own_cap() {
     assert_eq!(held.await.unwrap().status, 200);
     assert_eq!(other.await.unwrap().status, 200);
     assert_eq!(cap.addresses_open(), 0);
+}
+
+/// Behind a trusted proxy the client is the one its `X-Forwarded-For`
+/// names; a peer that is not a trusted proxy is counted by its own address,
+/// whatever header it writes.
+#[tokio::test]
+async fn behind_a_trusted_proxy_each_forwarded_client_has_its_own_cap() {
+    let app = App::new();
+    app.install(Arc::new("127.0.0.1".parse::<TrustedProxies>().unwrap()));
+    app.scope(async {
+        let cap = RateLimitMiddleware::connections_per_ip(1);
+        let (gate, mut rx) = Gate::new();
+        let server = Arc::new(TestServer::start(gate.router("/slow", &cap)).await);
+        let send = |peer: &'static str, client: &'static str| {
+            let server = server.clone();
+            let request = http::Request::get(server.url("/slow"))
+                .header("X-Forwarded-For", client)
+                .body(Full::default())
+                .unwrap();
+            async move { server.send_from(ip(peer), request).await }
+        };
+
+        let held = tokio::spawn(send("127.0.0.1", "203.0.113.1"));
+        entered(&mut rx).await;
+        assert_eq!(cap.open_for(ip("203.0.113.1")), 1);
+        assert_eq!(cap.open_for(ip("127.0.0.1")), 0);
+
+        let refused = send("127.0.0.1", "203.0.113.1").await;
+        assert_eq!(refused.status, 429);
+        assert_eq!(refused.body, "429 Too Many Requests");
+
+        let other = tokio::spawn(send("127.0.0.1", "203.0.113.2"));
+        entered(&mut rx).await;
+        assert_eq!(cap.open_for(ip("203.0.113.2")), 1);
+
+        // 127.0.0.2 is no proxy of ours: its header is its own writing.
+        let spoofed = tokio::spawn(send("127.0.0.2", "203.0.113.3"));
+        entered(&mut rx).await;
+        assert_eq!(cap.open_for(ip("127.0.0.2")), 1);
+        assert_eq!(cap.open_for(ip("203.0.113.3")), 0);
+
+        gate.release(3);
+        assert_eq!(held.await.unwrap().status, 200);
+        assert_eq!(other.await.unwrap().status, 200);
+        assert_eq!(spoofed.await.unwrap().status, 200);
+        assert_eq!(cap.addresses_open(), 0);
+    })
+    .await;
 }

@@ -85,6 +85,8 @@ async fn every_response_carries_the_pair_and_the_refusal_its_retry_after() {
     assert_eq!(header(&r, "x-ratelimit-remaining"), Some("0"));
     // 39.5 s until the first hit leaves the window: rounded up.
     assert_eq!(header(&r, "retry-after"), Some("40"));
+    // The first hit leaves at 09:01:00.
+    assert_eq!(header(&r, "x-ratelimit-reset"), Some("1767258060"));
 
     clock.advance(Duration::from_millis(39_499));
     let r = handle_request_with_peer(&router, get("/r"), from).await;

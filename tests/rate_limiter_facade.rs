@@ -84,6 +84,20 @@ async fn laravels_observed_basics() {
     assert!(!limiter.reset_attempts("unknown").await.unwrap());
 }
 
+/// `hit_for_minute` opens a window of sixty seconds on a fresh key.
+#[tokio::test]
+async fn hit_for_minute_opens_a_minute() {
+    let clock = FakeClock::at_unix(Y2K);
+    let (limiter, store) = limiter_at(&clock);
+    assert_eq!(limiter.hit_for_minute("m").await.unwrap(), 1);
+    assert_eq!(limiter.available_in("m").await.unwrap(), 60);
+    assert_eq!(store.ttl("m").await.unwrap(), Some(Duration::from_secs(60)));
+    assert_eq!(
+        store.get("m:timer").await.unwrap().as_deref(),
+        Some("946684860")
+    );
+}
+
 /// `attempt` counts before its callback runs; a full count whose timer is
 /// gone is reset, as `too_many_attempts` resets it; a maximum of 0 runs
 /// nothing and counts nothing.

@@ -337,6 +337,23 @@ async fn over_http_the_boundary_lets_119_through() {
         assert_eq!(refused[0].body, "Too Many Attempts.");
         assert_eq!(admitted(&next), 60);
         assert_eq!(admitted(&late) + admitted(&next), 119);
+        // The new window's sixty each saw a place of their own; the 61st
+        // waits for the whole window, which ends at 12:02:00.
+        let places: BTreeSet<_> = next
+            .iter()
+            .filter(|r| r.status == 200)
+            .map(|r| {
+                r.header("x-ratelimit-remaining")
+                    .unwrap()
+                    .parse::<u32>()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(places, (0..60).collect());
+        let refused: Vec<_> = next.iter().filter(|r| r.status == 429).collect();
+        assert_eq!(refused.len(), 1);
+        assert_eq!(refused[0].header("retry-after"), Some("60"));
+        assert_eq!(refused[0].header("x-ratelimit-reset"), Some("1767268920"));
         let key = "ip:127.0.0.1:path:/api";
         assert_eq!(RateLimiter::attempts(key).await.unwrap(), 60);
         server.stop().await;
