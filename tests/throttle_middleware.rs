@@ -6,12 +6,13 @@ mod support;
 mod throttle_support;
 
 use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use support::clock_at;
-use suprnova::cache::Cache;
+use suprnova::cache::{Cache, CacheError, IncrementOutcome, MemoryStore, Store, WindowIncrement};
 use suprnova::clock::Clock;
 use suprnova::rate_limit::BackendErrorPolicy;
 use suprnova::server::{handle_request, handle_request_with_peer};
@@ -20,7 +21,7 @@ use suprnova::{
     HttpResponse, Limit, Middleware, Next, RateLimiter, Request, Response, Router,
     ThrottleRequestsMiddleware, async_trait,
 };
-use throttle_support::{memory_app as app_on, ok_routes};
+use throttle_support::{limiter_app, memory_app as app_on, ok_routes};
 
 const GUEST: &str = "203.0.113.5:40000";
 const OTHER: &str = "198.51.100.7:40000";
@@ -643,6 +644,104 @@ async fn a_refusal_by_one_limit_counts_in_none() {
             let refused = get(&router, "/x", GUEST).await;
             assert_eq!(refused.header_str("x-ratelimit-limit"), Some("5"));
             assert_eq!(refused.header_str("retry-after"), Some("59"));
+        })
+        .await;
+}
+
+/// A memory store that records the counters the throttle counts in, in
+/// order, and fills `rival` up to its maximum just before it counts in
+/// `trigger`: a request of another replica that took the last place
+/// between this request's check and its count.
+#[derive(Debug)]
+struct RacingStore {
+    inner: MemoryStore,
+    counted: Mutex<Vec<String>>,
+    trigger: &'static str,
+    rival: (&'static str, i64),
+}
+
+#[async_trait]
+impl Store for RacingStore {
+    async fn get(&self, key: &str) -> Result<Option<String>, CacheError> {
+        self.inner.get(key).await
+    }
+    async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
+        self.inner.put(key, value, ttl).await
+    }
+    async fn add(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CacheError> {
+        self.inner.add(key, value, ttl).await
+    }
+    async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError> {
+        self.inner.increment(key, by).await
+    }
+    async fn increment_if_below(
+        &self,
+        key: &str,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        self.inner
+            .increment_if_below(key, decay_seconds, amount, ceiling)
+            .await
+    }
+    async fn increment_in_window(
+        &self,
+        count: WindowIncrement<'_>,
+    ) -> Result<IncrementOutcome, CacheError> {
+        self.counted.lock().unwrap().push(count.key.to_owned());
+        if count.key == self.trigger {
+            let (rival, max) = self.rival;
+            let timer = format!("{rival}:timer");
+            let fill = WindowIncrement {
+                key: rival,
+                timer_key: &timer,
+                amount: max,
+                ceiling: max,
+                ..count
+            };
+            self.inner.increment_in_window(fill).await?;
+        }
+        self.inner.increment_in_window(count).await
+    }
+    async fn forget(&self, key: &str) -> Result<bool, CacheError> {
+        self.inner.forget(key).await
+    }
+    async fn ttl(&self, key: &str) -> Result<Option<Duration>, CacheError> {
+        self.inner.ttl(key).await
+    }
+    fn name(&self) -> &'static str {
+        "racing"
+    }
+}
+
+/// The bucket with the fewest places left counts first, whatever the list
+/// order; a bucket counted before a later limit refuses keeps its count.
+#[tokio::test]
+async fn the_fewest_places_count_first_and_a_count_made_before_a_refusal_stays() {
+    let clock = clock_at(12, 0, 0);
+    let store = Arc::new(RacingStore {
+        inner: MemoryStore::with_clock(clock.shared()),
+        counted: Mutex::new(Vec::new()),
+        trigger: "b",
+        rival: ("a", 5),
+    });
+    limiter_app(store.clone(), clock.shared())
+        .scope(async {
+            let router =
+                ok_routes(&["/race"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_minute(5).by("a"),
+                    Limit::per_minute(2).by("b"),
+                ]));
+            // Both empty when checked; "b" has 2 places and "a" 5, so "b"
+            // counts first, and "a" fills up in between.
+            let r = get(&router, "/race", GUEST).await;
+            assert_eq!(*store.counted.lock().unwrap(), ["b", "a"]);
+            assert_eq!(r.status_code(), 429);
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("5"));
+            assert_eq!(r.header_str("retry-after"), Some("60"));
+            assert_eq!(attempts("a").await, 5);
+            assert_eq!(attempts("b").await, 1, "the count made first stays");
         })
         .await;
 }
