@@ -14,7 +14,10 @@ use http_body_util::Full;
 use support::clock_at;
 use suprnova::cache::{Cache, CacheError, IncrementOutcome, MemoryStore, Store, WindowIncrement};
 use suprnova::clock::Clock;
-use suprnova::rate_limit::BackendErrorPolicy;
+use suprnova::rate_limit::memory::InMemoryRateLimiter;
+use suprnova::rate_limit::{
+    BackendErrorPolicy, RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig,
+};
 use suprnova::server::{handle_request, handle_request_with_peer};
 use suprnova::throttle::{DEFAULT_DECAY_SECONDS, DEFAULT_MAX_ATTEMPTS, ThrottleAliasError};
 use suprnova::{
@@ -249,6 +252,68 @@ async fn identical_limits_admit_one_request_a_minute() {
             assert_eq!(attempts("api:a:attempts:2:decay:60").await, 2);
             clock.advance(Duration::from_secs(60));
             assert_eq!(admitted(&router, "/twice", GUEST, 2).await, 1);
+        })
+        .await;
+}
+
+/// The sliding-window middleware and the throttle layered on one route:
+/// the pair of the tighter reaches the client, the outer one refuses first
+/// once it is full, and the inner one does not count what the outer
+/// refused.
+#[tokio::test]
+async fn the_driver_and_the_throttle_layer_on_one_route() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("api", |_req| Limit::per_minute(5).by("k").into());
+            let driver: Arc<dyn RateLimiterDriver> =
+                Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
+            let sliding = |max| {
+                RateLimitMiddleware::new(
+                    driver.clone(),
+                    SlidingWindowConfig::new(max, Duration::from_secs(60)),
+                    |req| format!("route:{}", req.path()),
+                )
+            };
+
+            let driver_outside = ok_routes(&["/items"])
+                .middleware(sliding(3))
+                .middleware(ThrottleRequestsMiddleware::by_name("api"));
+            for left in ["2", "1", "0"] {
+                let r = get(&driver_outside, "/items", GUEST).await;
+                assert_eq!(r.status_code(), 200);
+                assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+                assert_eq!(remaining(&r), Some(left));
+            }
+            let refused = get(&driver_outside, "/items", GUEST).await;
+            assert_eq!(refused.status_code(), 429);
+            assert_eq!(refused.body_text(), "429 Too Many Requests");
+            assert_eq!(refused.header_str("retry-after"), Some("60"));
+            assert_eq!(
+                attempts("api:k").await,
+                3,
+                "the throttle never saw the fourth"
+            );
+
+            RateLimiter::define("tight", |_req| Limit::per_minute(2).by("t").into());
+            let throttle_outside = ok_routes(&["/feed"])
+                .middleware(ThrottleRequestsMiddleware::by_name("tight"))
+                .middleware(sliding(3));
+            for left in ["1", "0"] {
+                let r = get(&throttle_outside, "/feed", GUEST).await;
+                assert_eq!(r.status_code(), 200);
+                assert_eq!(r.header_str("x-ratelimit-limit"), Some("2"));
+                assert_eq!(remaining(&r), Some(left));
+            }
+            let refused = get(&throttle_outside, "/feed", GUEST).await;
+            assert_eq!(refused.status_code(), 429);
+            assert_eq!(refused.body_text(), "Too Many Attempts.");
+            let config = SlidingWindowConfig::new(3, Duration::from_secs(60));
+            let left = driver.acquire("route:/feed", &config).await.unwrap();
+            assert_eq!(
+                left.remaining, 0,
+                "the driver counted the two admitted only"
+            );
         })
         .await;
 }
