@@ -68,7 +68,11 @@ pub const DEFAULT_DECAY_SECONDS: i64 = 60;
 /// Every response (a handler's `Err` response included) carries
 /// `X-RateLimit-Limit` and `X-RateLimit-Remaining` of the limit with the
 /// fewest retries left. A response that already reports as many retries
-/// or fewer in `X-RateLimit-Remaining` keeps its own pair. A refusal is a
+/// or fewer in `X-RateLimit-Remaining` keeps its own pair. Limits that
+/// count in one bucket report it after all their counts: two keys that
+/// clean to one bucket, and a throttle stacked around another on the same
+/// bucket (it reads its buckets again when an inner limit has reported),
+/// as Laravel reads every bucket after the response. A refusal is a
 /// `429 Too Many Attempts.` with `X-RateLimit-Limit`,
 /// `X-RateLimit-Remaining: 0`, `Retry-After` (seconds until the window
 /// ends, at least 1) and `X-RateLimit-Reset` (that moment in Unix seconds).
