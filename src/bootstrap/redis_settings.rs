@@ -1,11 +1,6 @@
 //! The Redis settings read when `RATE_LIMIT_DRIVER=redis`.
 
-use std::time::Duration;
-
-use super::variables::{
-    RATE_LIMIT_DRIVER, RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS, RATE_LIMIT_REDIS_PREFIX,
-    RATE_LIMIT_REDIS_TIMEOUT_MS, RATE_LIMIT_REDIS_URL,
-};
+use super::variables::{RATE_LIMIT_DRIVER, RATE_LIMIT_REDIS_PREFIX, RATE_LIMIT_REDIS_URL};
 use crate::config::{ConfigError, Env};
 use crate::redis_client::RedisConfig;
 use crate::redis_client::redact_credentials;
@@ -54,29 +49,9 @@ impl RedisPlan {
                 reason: format!("{node}{}; {URL_FORMS}", e.reason),
             }
         })?;
-        let connect = positive_millis(env, RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS)?
-            .unwrap_or(config.connect_timeout);
-        let response =
-            positive_millis(env, RATE_LIMIT_REDIS_TIMEOUT_MS)?.unwrap_or(config.response_timeout);
         Ok(Self {
-            config: config.with_timeouts(connect, response),
+            config: config.with_timeouts_from_env(env)?,
             prefix: env.get(RATE_LIMIT_REDIS_PREFIX),
         })
-    }
-}
-
-/// A timeout in whole milliseconds above zero: a zero timeout would fail
-/// every call, and a unit suffix (`500ms`, `1s`) is a likely slip.
-fn positive_millis(env: &Env, variable: &str) -> Result<Option<Duration>, ConfigError> {
-    let Some(raw) = env.get(variable) else {
-        return Ok(None);
-    };
-    match raw.parse::<u64>() {
-        Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
-        _ => Err(ConfigError::Invalid {
-            variable: variable.to_owned(),
-            value: raw,
-            reason: "expected a whole number of milliseconds above 0, such as 250".to_owned(),
-        }),
     }
 }

@@ -35,6 +35,7 @@ pub enum CacheStoreKind {
 /// | `REDIS_HOST`, `REDIS_PORT` | `127.0.0.1`, `6379` | used when `REDIS_URL` is unset; a `tls://` host means TLS, a path (`/var/run/redis/redis.sock`) a Unix socket |
 /// | `REDIS_USERNAME`, `REDIS_PASSWORD` | unset | credentials, used with `REDIS_HOST` |
 /// | `REDIS_CACHE_DB` | `1` | the database, unless the URL names one |
+/// | `RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS`, `RATE_LIMIT_REDIS_TIMEOUT_MS` | `1000`, `1000` | how long a connection attempt and a command may wait, in milliseconds: the driver's settings, which bound the cache store's calls too ([`RedisConfig::with_timeouts_from_env`]) |
 ///
 /// The default prefixes are those of Laravel 13 (and of the skeleton 12.x
 /// since v12.1.0), with hyphens. An application created from an older
@@ -257,7 +258,7 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
     };
     let parsed = RedisConfig::from_url(&url).map_err(|e| invalid(&url, e.reason))?;
     if parsed.is_cluster() || variable != "REDIS_URL" {
-        return Ok(parsed);
+        return parsed.with_timeouts_from_env(env);
     }
     // A URL without a database takes REDIS_CACHE_DB, as Laravel merges the
     // URL over the connection's settings.
@@ -273,7 +274,9 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
     } else if with_db.path().trim_matches('/').is_empty() {
         with_db.set_path(&format!("/{database}"));
     }
-    RedisConfig::from_url(with_db.as_str()).map_err(|e| invalid(&url, e.reason))
+    RedisConfig::from_url(with_db.as_str())
+        .map_err(|e| invalid(&url, e.reason))?
+        .with_timeouts_from_env(env)
 }
 
 #[cfg(feature = "redis")]
@@ -388,6 +391,46 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("CACHE_PREFIX"), "{err}");
+    }
+
+    #[cfg(feature = "redis")]
+    #[test]
+    fn the_rate_limiters_redis_timeouts_bound_the_cache_store() {
+        use std::time::Duration;
+
+        let config = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("CACHE_STORE", "redis")];
+            all.extend_from_slice(pairs);
+            CacheConfig::from_env(&env(&all)).map(|c| c.redis.unwrap())
+        };
+        let defaults = config(&[]).unwrap();
+        assert_eq!(
+            (defaults.connect_timeout, defaults.response_timeout),
+            (Duration::from_secs(1), Duration::from_secs(1))
+        );
+        for url in [
+            None,
+            Some("redis://h:6380"),
+            Some("redis://a:7000,redis://b:7001"),
+        ] {
+            let mut pairs = vec![
+                ("RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS", "250"),
+                ("RATE_LIMIT_REDIS_TIMEOUT_MS", "100"),
+            ];
+            pairs.extend(url.map(|url| ("REDIS_URL", url)));
+            let set = config(&pairs).unwrap();
+            assert_eq!(
+                (set.connect_timeout, set.response_timeout),
+                (Duration::from_millis(250), Duration::from_millis(100)),
+                "{url:?}"
+            );
+        }
+        assert_eq!(
+            config(&[("RATE_LIMIT_REDIS_TIMEOUT_MS", "1s")])
+                .unwrap_err()
+                .to_string(),
+            "RATE_LIMIT_REDIS_TIMEOUT_MS=\"1s\" is invalid: expected a whole number of milliseconds above 0, such as 250"
+        );
     }
 
     #[cfg(feature = "redis")]

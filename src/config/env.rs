@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::ConfigError;
 
@@ -114,6 +115,36 @@ impl Env {
                         None => e.to_string(),
                     },
                 }),
+        }
+    }
+
+    /// The value of `name` as a duration in whole milliseconds above zero:
+    /// a zero timeout would fail every call, and a unit suffix (`500ms`,
+    /// `1s`) is a likely slip, so both are errors naming the variable.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use suprnova::config::Env;
+    ///
+    /// let env = Env::from_pairs([("T", "250"), ("Z", "0")]);
+    /// assert_eq!(env.positive_millis("T").unwrap(), Some(Duration::from_millis(250)));
+    /// assert_eq!(env.positive_millis("UNSET").unwrap(), None);
+    /// assert_eq!(
+    ///     env.positive_millis("Z").unwrap_err().to_string(),
+    ///     "Z=\"0\" is invalid: expected a whole number of milliseconds above 0, such as 250"
+    /// );
+    /// ```
+    pub fn positive_millis(&self, name: &str) -> Result<Option<Duration>, ConfigError> {
+        let Some(raw) = self.get(name) else {
+            return Ok(None);
+        };
+        match raw.parse::<u64>() {
+            Ok(ms) if ms > 0 => Ok(Some(Duration::from_millis(ms))),
+            _ => Err(ConfigError::Invalid {
+                variable: name.to_owned(),
+                value: raw,
+                reason: "expected a whole number of milliseconds above 0, such as 250".to_owned(),
+            }),
         }
     }
 

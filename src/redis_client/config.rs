@@ -4,6 +4,11 @@ use std::time::Duration;
 
 use ::redis::IntoConnectionInfo;
 
+use crate::bootstrap::variables::{
+    RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS, RATE_LIMIT_REDIS_TIMEOUT_MS,
+};
+use crate::config::{ConfigError, Env};
+
 /// Where Redis is and how long to wait for it.
 ///
 /// The URL forms:
@@ -134,6 +139,22 @@ impl RedisConfig {
         self.connect_timeout = connect;
         self.response_timeout = response;
         self
+    }
+
+    /// The timeouts `RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS` and
+    /// `RATE_LIMIT_REDIS_TIMEOUT_MS` set in `env`, each kept as it is when
+    /// its variable is unset; a value that is not a whole number of
+    /// milliseconds above 0 is an error naming the variable. Both the
+    /// driver's connection and the cache store's read them, so one pair of
+    /// settings bounds every Redis call a request can wait on.
+    pub fn with_timeouts_from_env(self, env: &Env) -> Result<Self, ConfigError> {
+        let connect = env
+            .positive_millis(RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS)?
+            .unwrap_or(self.connect_timeout);
+        let response = env
+            .positive_millis(RATE_LIMIT_REDIS_TIMEOUT_MS)?
+            .unwrap_or(self.response_timeout);
+        Ok(self.with_timeouts(connect, response))
     }
 
     /// The node URLs.
