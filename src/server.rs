@@ -17,6 +17,7 @@
 
 use std::convert::Infallible;
 use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -30,7 +31,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, ToSocketAddrs};
+use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::container::App;
 use crate::http::{BoxError, HttpResponse, Request, TrustedProxies};
@@ -56,12 +57,50 @@ pub struct Server {
     listener: TcpListener,
 }
 
-/// Binds `addr`. Bind `127.0.0.1:0` for a free port and read it back with
-/// [`Server::local_addr`].
+/// How many connections the kernel holds for the server until it accepts
+/// them (Linux caps it at `net.core.somaxconn`, 4096 by default).
+///
+/// The standard library and tokio ask for 128, which a burst of clients
+/// arriving together overruns: the callers a rate limit refused, all
+/// coming back when its window ends, are one. A connection the queue cannot
+/// hold is not refused but ignored, and its client sends again only after a
+/// second.
+pub const LISTEN_BACKLOG: u32 = 1024;
+
+/// Binds `addr` with a queue of [`LISTEN_BACKLOG`] connections: the first
+/// address it resolves to that can be bound. Bind `127.0.0.1:0` for a free
+/// port and read it back with [`Server::local_addr`].
 pub async fn bind(addr: impl ToSocketAddrs) -> Result<Server, ServerError> {
-    Ok(Server {
-        listener: TcpListener::bind(addr).await?,
-    })
+    let mut last_error = None;
+    for addr in tokio::net::lookup_host(addr).await? {
+        match listen_on(addr) {
+            Ok(listener) => return Ok(Server { listener }),
+            Err(error) => last_error = Some(error),
+        }
+    }
+    Err(last_error
+        .unwrap_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "the address resolved to no address",
+            )
+        })
+        .into())
+}
+
+/// A listener on `addr`, set up as tokio's `TcpListener::bind` sets one up
+/// (the address reusable on Unix, so a restarted server binds at once), with
+/// a queue of [`LISTEN_BACKLOG`].
+fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    #[cfg(unix)]
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Binds `addr` and serves `router` until ctrl-c, then shuts down gracefully.

@@ -374,3 +374,31 @@ async fn real_server_runs_requests_in_its_container_over_http1_and_http2() {
     })
     .await;
 }
+
+/// The server's queue holds a burst of connections that arrive before it
+/// accepts any: three hundred clients connecting at once to a bound server
+/// that has not started serving all get through the handshake at once. A
+/// queue of 128 (the standard library's) would leave the rest to send their
+/// first packet again a second later.
+#[tokio::test]
+async fn the_listen_queue_holds_a_burst_of_three_hundred_connections() {
+    let server = suprnova::server::bind("127.0.0.1:0").await.unwrap();
+    let addr = server.local_addr().unwrap();
+    let connects = (0..300).map(|_| {
+        tokio::time::timeout(
+            std::time::Duration::from_millis(700),
+            tokio::net::TcpStream::connect(addr),
+        )
+    });
+    let connected = futures_util::future::join_all(connects).await;
+    let held = connected.iter().filter(|c| matches!(c, Ok(Ok(_)))).count();
+    assert_eq!(held, 300);
+    // The port is taken while the server holds it.
+    match suprnova::server::bind(addr).await {
+        Err(suprnova::server::ServerError::Io(error)) => {
+            assert_eq!(error.kind(), std::io::ErrorKind::AddrInUse);
+        }
+        other => panic!("a second bind of {addr}: {other:?}"),
+    }
+    drop(server);
+}
