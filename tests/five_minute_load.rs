@@ -21,7 +21,7 @@ use http_body_util::Full;
 use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
-use support::http::{Reply, TestServer};
+use support::http::{Reply, TestServer, Transport};
 use support::load::{CLIENTS, Client, arrivals, total};
 use suprnova::clock::{Clock, FakeClock};
 use suprnova::container::App;
@@ -61,20 +61,12 @@ fn direct_cuts(limit: u32) -> Vec<u32> {
     CLIENTS.iter().map(|c| cut(c, limit)).collect()
 }
 
-/// How the load's requests reach the router.
-#[derive(Clone, Copy, Debug)]
-enum Transport {
-    /// Through `handle_request_with_peer`, client `i` from 198.51.100.`i+1`.
-    InProcess,
-    /// Over HTTP to a [`TestServer`] on loopback, client `i` from
-    /// 127.0.0.`i+1`, each client on a keep-alive connection of its own.
-    Http,
-}
-
 /// Where the load's requests go.
 enum Via {
+    /// The router, client `i` calling from 198.51.100.`i+1`.
     InProcess(Router),
-    /// The server, and one client per load client, bound to its address.
+    /// The server, and one client per load client on a keep-alive
+    /// connection of its own, client `i` bound to 127.0.0.`i+1`.
     Http(TestServer, Vec<HttpClient<HttpConnector, Full<Bytes>>>),
 }
 

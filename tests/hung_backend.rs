@@ -134,6 +134,43 @@ fn assert_fail_open(response: &HttpResponse) {
     assert_eq!(response.header_str("x-ratelimit-limit"), None);
 }
 
+/// The answer `policy` gives a request whose limiter could not decide.
+fn assert_policy(policy: BackendErrorPolicy, response: &HttpResponse) {
+    match policy {
+        BackendErrorPolicy::FailClosed => assert_fail_closed(response),
+        _ => assert_fail_open(response),
+    }
+}
+
+/// `GET path` on `router`, decided while Redis answers; twice while every
+/// client of `server` is paused, each answered by `policy` within the
+/// deadline of `redis` (the second meets the connection the first gave up
+/// on); and decided again once the pause has ended. `what` names the case
+/// in the timings printed and in a failure.
+async fn meets_a_hung_redis(
+    server: &RedisServer,
+    router: &Router,
+    path: &str,
+    policy: BackendErrorPolicy,
+    redis: &RedisConfig,
+    what: &str,
+) {
+    assert_decided(&timed_get(router, path).await.0);
+    let pause_ends = pause_all_clients(server, PAUSE_MS);
+    for attempt in 1..=2 {
+        let (response, took) = timed_get(router, path).await;
+        assert_policy(policy, &response);
+        assert_bounded(
+            &format!("{what}, request {attempt}"),
+            took,
+            redis,
+            pause_ends,
+        );
+    }
+    sleep_past(pause_ends).await;
+    assert_decided(&timed_get(router, path).await.0);
+}
+
 /// Asserts that the limiter decided `response`: 200, with the limit and
 /// what is left of it. Not how much is left: a command Redis queued during
 /// the pause runs when it ends, so the hits of requests that gave up may
@@ -207,39 +244,34 @@ fn rate_limited(driver: Arc<dyn RateLimiterDriver>, policy: BackendErrorPolicy) 
 async fn rate_limit_fail_closed_answers_503_within_the_deadline_while_redis_hangs() {
     let server = RedisServer::start();
     let (driver, redis) = configured_driver(&server);
-    let router = rate_limited(driver, BackendErrorPolicy::FailClosed);
-    assert_decided(&timed_get(&router, "/r").await.0);
-
-    let pause_ends = pause_all_clients(&server, PAUSE_MS);
-    // The second request meets the connection the first one gave up on.
-    for attempt in 1..=2 {
-        let (response, took) = timed_get(&router, "/r").await;
-        assert_fail_closed(&response);
-        let what = format!("rate limit, FailClosed, request {attempt}");
-        assert_bounded(&what, took, &redis, pause_ends);
-    }
-
-    sleep_past(pause_ends).await;
-    assert_decided(&timed_get(&router, "/r").await.0);
+    let policy = BackendErrorPolicy::FailClosed;
+    let router = rate_limited(driver, policy);
+    meets_a_hung_redis(
+        &server,
+        &router,
+        "/r",
+        policy,
+        &redis,
+        "rate limit, FailClosed",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn rate_limit_fail_open_runs_the_handler_within_the_deadline_while_redis_hangs() {
     let server = RedisServer::start();
     let (driver, redis) = configured_driver(&server);
-    let router = rate_limited(driver, BackendErrorPolicy::FailOpen);
-    assert_decided(&timed_get(&router, "/r").await.0);
-
-    let pause_ends = pause_all_clients(&server, PAUSE_MS);
-    for attempt in 1..=2 {
-        let (response, took) = timed_get(&router, "/r").await;
-        assert_fail_open(&response);
-        let what = format!("rate limit, FailOpen, request {attempt}");
-        assert_bounded(&what, took, &redis, pause_ends);
-    }
-
-    sleep_past(pause_ends).await;
-    assert_decided(&timed_get(&router, "/r").await.0);
+    let policy = BackendErrorPolicy::FailOpen;
+    let router = rate_limited(driver, policy);
+    meets_a_hung_redis(
+        &server,
+        &router,
+        "/r",
+        policy,
+        &redis,
+        "rate limit, FailOpen",
+    )
+    .await;
 }
 
 // Booted from the environment as a deployment is: the installed driver
@@ -333,23 +365,16 @@ fn throttled(policy: BackendErrorPolicy) -> Router {
 async fn throttle_fail_closed_answers_503_within_the_deadline_while_redis_hangs() {
     let server = RedisServer::start();
     let (app, redis) = throttle_app(&server);
-    app.scope(async {
-        let router = throttled(BackendErrorPolicy::FailClosed);
-        assert_decided(&timed_get(&router, "/t").await.0);
-
-        // Two rounds of both middlewares, each request up to its deadline
-        // (500 and 600 ms), inside the pause.
-        let pause_ends = pause_all_clients(&server, 2_500);
-        for attempt in 1..=2 {
-            let (response, took) = timed_get(&router, "/t").await;
-            assert_fail_closed(&response);
-            let what = format!("throttle, FailClosed, request {attempt}");
-            assert_bounded(&what, took, &redis, pause_ends);
-        }
-
-        sleep_past(pause_ends).await;
-        assert_decided(&timed_get(&router, "/t").await.0);
-    })
+    let policy = BackendErrorPolicy::FailClosed;
+    let what = "throttle, FailClosed";
+    app.scope(meets_a_hung_redis(
+        &server,
+        &throttled(policy),
+        "/t",
+        policy,
+        &redis,
+        what,
+    ))
     .await;
 }
 
@@ -357,23 +382,16 @@ async fn throttle_fail_closed_answers_503_within_the_deadline_while_redis_hangs(
 async fn throttle_fail_open_runs_the_handler_within_the_deadline_while_redis_hangs() {
     let server = RedisServer::start();
     let (app, redis) = throttle_app(&server);
-    app.scope(async {
-        let router = throttled(BackendErrorPolicy::FailOpen);
-        assert_decided(&timed_get(&router, "/t").await.0);
-
-        // Two rounds of both middlewares, each request up to its deadline
-        // (500 and 600 ms), inside the pause.
-        let pause_ends = pause_all_clients(&server, 2_500);
-        for attempt in 1..=2 {
-            let (response, took) = timed_get(&router, "/t").await;
-            assert_fail_open(&response);
-            let what = format!("throttle, FailOpen, request {attempt}");
-            assert_bounded(&what, took, &redis, pause_ends);
-        }
-
-        sleep_past(pause_ends).await;
-        assert_decided(&timed_get(&router, "/t").await.0);
-    })
+    let policy = BackendErrorPolicy::FailOpen;
+    let what = "throttle, FailOpen";
+    app.scope(meets_a_hung_redis(
+        &server,
+        &throttled(policy),
+        "/t",
+        policy,
+        &redis,
+        what,
+    ))
     .await;
 }
 

@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use http_body_util::Full;
 use support::clock_at;
-use support::http::{Reply, TestServer};
+use support::http::{Reply, TestServer, Transport};
 use suprnova::clock::Clock;
 use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, Limit, RateLimiter, Router};
@@ -33,18 +33,11 @@ fn router(alias: &str) -> Router {
     ok_routes(&["/api"]).middleware_named(alias)
 }
 
-/// How a scenario's requests reach the router.
-#[derive(Clone, Copy, Debug)]
-enum Transport {
-    /// Through `handle_request_with_peer`, from [`PEER`].
-    InProcess,
-    /// Over HTTP to a [`TestServer`] on loopback, from 127.0.0.1.
-    Http,
-}
-
 /// The one caller of a scenario, sending to its router one way or the other.
 enum Via {
+    /// The router, called from [`PEER`].
     InProcess(Router),
+    /// The server, called from 127.0.0.1.
     Http(TestServer),
 }
 

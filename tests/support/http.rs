@@ -15,6 +15,18 @@ use suprnova::container::App;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+/// How a test's requests reach its router: the same scenario runs both
+/// ways, so that what the server adds (the peer address, the wire) changes
+/// no count.
+#[derive(Clone, Copy, Debug)]
+pub enum Transport {
+    /// Through `handle_request_with_peer`, from a peer address the test
+    /// gives.
+    InProcess,
+    /// Over HTTP to a [`TestServer`] on loopback.
+    Http,
+}
+
 /// A server running `router` on `127.0.0.1:<free port>` inside the container
 /// that is current when it starts. Shut down on drop.
 pub struct TestServer {
