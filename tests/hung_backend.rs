@@ -240,38 +240,22 @@ fn rate_limited(driver: Arc<dyn RateLimiterDriver>, policy: BackendErrorPolicy) 
     )
 }
 
-#[tokio::test]
-async fn rate_limit_fail_closed_answers_503_within_the_deadline_while_redis_hangs() {
+/// [`meets_a_hung_redis`] for `RateLimitMiddleware` on a Redis of its own.
+async fn rate_limit_meets_a_hung_redis(policy: BackendErrorPolicy, what: &str) {
     let server = RedisServer::start();
     let (driver, redis) = configured_driver(&server);
-    let policy = BackendErrorPolicy::FailClosed;
     let router = rate_limited(driver, policy);
-    meets_a_hung_redis(
-        &server,
-        &router,
-        "/r",
-        policy,
-        &redis,
-        "rate limit, FailClosed",
-    )
-    .await;
+    meets_a_hung_redis(&server, &router, "/r", policy, &redis, what).await;
+}
+
+#[tokio::test]
+async fn rate_limit_fail_closed_answers_503_within_the_deadline_while_redis_hangs() {
+    rate_limit_meets_a_hung_redis(BackendErrorPolicy::FailClosed, "rate limit, FailClosed").await;
 }
 
 #[tokio::test]
 async fn rate_limit_fail_open_runs_the_handler_within_the_deadline_while_redis_hangs() {
-    let server = RedisServer::start();
-    let (driver, redis) = configured_driver(&server);
-    let policy = BackendErrorPolicy::FailOpen;
-    let router = rate_limited(driver, policy);
-    meets_a_hung_redis(
-        &server,
-        &router,
-        "/r",
-        policy,
-        &redis,
-        "rate limit, FailOpen",
-    )
-    .await;
+    rate_limit_meets_a_hung_redis(BackendErrorPolicy::FailOpen, "rate limit, FailOpen").await;
 }
 
 // Booted from the environment as a deployment is: the installed driver
@@ -361,38 +345,25 @@ fn throttled(policy: BackendErrorPolicy) -> Router {
     )
 }
 
-#[tokio::test]
-async fn throttle_fail_closed_answers_503_within_the_deadline_while_redis_hangs() {
+/// [`meets_a_hung_redis`] for the throttle on a Redis of its own.
+async fn throttle_meets_a_hung_redis(policy: BackendErrorPolicy, what: &str) {
     let server = RedisServer::start();
     let (app, redis) = throttle_app(&server);
-    let policy = BackendErrorPolicy::FailClosed;
-    let what = "throttle, FailClosed";
+    let router = throttled(policy);
     app.scope(meets_a_hung_redis(
-        &server,
-        &throttled(policy),
-        "/t",
-        policy,
-        &redis,
-        what,
+        &server, &router, "/t", policy, &redis, what,
     ))
     .await;
 }
 
 #[tokio::test]
+async fn throttle_fail_closed_answers_503_within_the_deadline_while_redis_hangs() {
+    throttle_meets_a_hung_redis(BackendErrorPolicy::FailClosed, "throttle, FailClosed").await;
+}
+
+#[tokio::test]
 async fn throttle_fail_open_runs_the_handler_within_the_deadline_while_redis_hangs() {
-    let server = RedisServer::start();
-    let (app, redis) = throttle_app(&server);
-    let policy = BackendErrorPolicy::FailOpen;
-    let what = "throttle, FailOpen";
-    app.scope(meets_a_hung_redis(
-        &server,
-        &throttled(policy),
-        "/t",
-        policy,
-        &redis,
-        what,
-    ))
-    .await;
+    throttle_meets_a_hung_redis(BackendErrorPolicy::FailOpen, "throttle, FailOpen").await;
 }
 
 #[tokio::test]
