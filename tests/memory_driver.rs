@@ -36,6 +36,10 @@ impl Harness for Memory {
     fn slack(&self) -> Duration {
         Duration::ZERO
     }
+
+    fn now(&self) -> Duration {
+        Duration::from_nanos(self.clock.unix_nanos())
+    }
 }
 
 async fn memory() -> Memory {

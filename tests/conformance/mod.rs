@@ -25,6 +25,8 @@ pub trait Harness {
     fn window(&self) -> Duration;
     /// How much shorter than exact a reported wait may be.
     fn slack(&self) -> Duration;
+    /// The driver's time now, since the Unix epoch.
+    fn now(&self) -> Duration;
 }
 
 /// A driver on a real clock (Redis's), held with the server it talks to:
@@ -59,6 +61,13 @@ impl<S> Harness for RealTime<S> {
 
     fn slack(&self) -> Duration {
         Duration::from_millis(300)
+    }
+
+    /// The system clock: Redis runs on this machine and reads the same.
+    fn now(&self) -> Duration {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("a clock after 1970")
     }
 }
 
@@ -100,6 +109,12 @@ fn cfg(max_requests: u32, window: Duration) -> SlidingWindowConfig {
     }
 }
 
+/// `since_epoch` in whole seconds, rounded up.
+fn whole_seconds_up(since_epoch: Duration) -> i64 {
+    let seconds = since_epoch.as_secs() + u64::from(since_epoch.subsec_nanos() > 0);
+    i64::try_from(seconds).expect("a time before 2262")
+}
+
 /// `actual` is `expected`, or up to `slack` shorter.
 #[track_caller]
 fn assert_wait(actual: Option<Duration>, expected: Duration, slack: Duration) {
@@ -112,6 +127,7 @@ fn assert_wait(actual: Option<Duration>, expected: Duration, slack: Duration) {
 
 pub async fn admits_up_to_the_limit_then_refuses(h: &impl Harness) {
     let cfg = cfg(3, h.window());
+    let before = h.now();
     for remaining in [2, 1, 0] {
         let d = h.driver().acquire("k", &cfg).await.unwrap();
         assert!(d.allowed);
@@ -121,7 +137,15 @@ pub async fn admits_up_to_the_limit_then_refuses(h: &impl Harness) {
     assert!(!refused.allowed);
     assert_eq!((refused.limit, refused.remaining), (3, 0));
     assert_wait(refused.retry_after, h.window(), h.slack());
-    assert!(refused.reset_at.is_some());
+    // The first hit leaves a window after it was made, rounded up to the
+    // second: on a frozen clock exactly that second.
+    let reset_at = refused.reset_at.expect("a refusal says when it resets");
+    let earliest = whole_seconds_up(before + h.window());
+    let latest = whole_seconds_up(h.now() + h.window());
+    assert!(
+        (earliest..=latest).contains(&reset_at),
+        "reset at {reset_at}, expected {earliest} to {latest}"
+    );
     assert!(!h.driver().try_acquire("k", &cfg).await.unwrap());
 }
 
