@@ -115,6 +115,71 @@ pub fn sha256_hex(value: &str) -> String {
     out
 }
 
+/// A request path as the router matches it, for a bucket key: empty
+/// segments dropped (the router serves `/login/`, `//login` and `/login`
+/// alike), and a percent-escape of a letter, a digit, `-`, `.`, `_` or `~`
+/// decoded (`/users/%34%32` is `/users/42`), the hex digits of any other
+/// escape in capitals. A key on the raw path would give each spelling of
+/// one route a bucket of its own, a way around the limit.
+///
+/// ```
+/// use suprnova::keys::route_path;
+///
+/// assert_eq!(route_path("/login"), "/login");
+/// assert_eq!(route_path("//login/"), "/login");
+/// assert_eq!(route_path("/users/%34%32/reset"), "/users/42/reset");
+/// assert_eq!(route_path("/files/a%2fb"), "/files/a%2Fb");
+/// assert_eq!(route_path(""), "/");
+/// ```
+pub fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
+    let plain = path.starts_with('/')
+        && !path.contains("//")
+        && (path.len() == 1 || !path.ends_with('/'))
+        && !path.contains('%');
+    if plain {
+        return std::borrow::Cow::Borrowed(path);
+    }
+    let mut out = String::with_capacity(path.len());
+    for segment in path.split('/').filter(|s| !s.is_empty()) {
+        out.push('/');
+        push_unescaped_segment(&mut out, segment);
+    }
+    if out.is_empty() {
+        out.push('/');
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Appends `segment` with its escapes of unreserved characters decoded and
+/// the hex of the others in capitals; a `%` not followed by two hex digits
+/// as it is.
+fn push_unescaped_segment(out: &mut String, segment: &str) {
+    let bytes = segment.as_bytes();
+    let mut copied = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let escape = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok().map(|byte| (hex, byte)));
+        let Some((hex, byte)) = escape else {
+            i += 1;
+            continue;
+        };
+        out.push_str(&segment[copied..i]);
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push('%');
+            out.push_str(&hex.to_ascii_uppercase());
+        }
+        i += 3;
+        copied = i;
+    }
+    out.push_str(&segment[copied..]);
+}
+
 /// Appends the client's address as `push` writes it, or, for a request
 /// with no address, `no-address:` and a [`unique_token`]: a bucket of its
 /// own.

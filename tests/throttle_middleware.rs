@@ -383,6 +383,39 @@ async fn with_limits_counts_limits_that_share_a_key_under_fallback_keys() {
         .await;
 }
 
+/// A client cannot step around `with` by spelling the path another way
+/// the router still serves, nor an IPv6 client by moving through its /64.
+#[tokio::test]
+async fn another_spelling_of_the_path_or_address_counts_in_the_same_bucket() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router =
+                ok_routes(&["/login"]).middleware(ThrottleRequestsMiddleware::with(2, 1, ""));
+            let mut statuses = Vec::new();
+            for path in ["/login", "/login/", "//login", "/login//"] {
+                statuses.push(get(&router, path, GUEST).await.status_code());
+            }
+            assert_eq!(statuses, [200, 200, 429, 429]);
+            assert_eq!(attempts("ip:203.0.113.5:path:/login").await, 2);
+
+            let mut statuses = Vec::new();
+            for peer in [
+                "[2001:db8:1:2::1]:1",
+                "[2001:db8:1:2::5]:1",
+                "[2001:db8:1:2:ffff::9]:1",
+            ] {
+                statuses.push(get(&router, "/login", peer).await.status_code());
+            }
+            assert_eq!(statuses, [200, 200, 429]);
+            assert_eq!(attempts("ip:2001:db8:1:2::/64:path:/login").await, 2);
+            // Another /64 is another client.
+            let other = get(&router, "/login", "[2001:db8:1:3::1]:1").await;
+            assert_eq!(other.status_code(), 200);
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn default_and_prefix_keys() {
     let clock = clock_at(12, 0, 0);

@@ -110,6 +110,14 @@ impl Request {
         self.parts.uri.path()
     }
 
+    /// The path as the router matches it, for a bucket key: see
+    /// [`route_path`](crate::keys::route_path). Key a per-path limit on
+    /// this rather than on [`path`](Self::path), whose spellings of one
+    /// route (`/login/`, `//login`) would each get a bucket of their own.
+    pub fn route_path(&self) -> std::borrow::Cow<'_, str> {
+        crate::keys::route_path(self.path())
+    }
+
     /// The raw query string, without `?`.
     pub fn query(&self) -> Option<&str> {
         self.parts.uri.query()

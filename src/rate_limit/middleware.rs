@@ -74,7 +74,7 @@ pub(super) enum LimiterSource {
 ///         max_requests: 100,
 ///         window: Duration::from_secs(60),
 ///     },
-///     |req| format!("route:{}", req.path()),
+///     |req| format!("route:{}", req.route_path()),
 /// )
 /// .on_backend_error(BackendErrorPolicy::FailClosed);
 /// # mw

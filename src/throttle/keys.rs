@@ -4,12 +4,14 @@
 //! cleans them once, as Laravel's does.
 
 use crate::http::Request;
-use crate::keys::{push_address_or_token, push_ip};
+use crate::keys::{push_address_or_token, push_bucket_address};
 
 /// Who a request is counted as: `user:<id>` for a signed-in user,
 /// `ip:<address>` for a guest ([`Request::ip`], through the trusted
-/// proxies). The two are spelled apart so that a user whose id reads like
-/// an address shares no bucket with that address.
+/// proxies, grouped by [`bucket_address`](crate::keys::bucket_address): an
+/// IPv6 client by its /64, as every per-address limit counts it). The two
+/// are spelled apart so that a user whose id reads like an address shares
+/// no bucket with that address.
 ///
 /// A request with no address (one made in process, with no peer) gets a
 /// key no other request gets: one shared bucket for all of them would let
@@ -20,16 +22,17 @@ pub(super) fn caller_key(request: &Request) -> String {
     }
     let mut key = String::with_capacity(48);
     key.push_str("ip:");
-    push_address_or_token(&mut key, request.ip_addr(), push_ip);
+    push_address_or_token(&mut key, request.ip_addr(), push_bucket_address);
     key
 }
 
 /// The caller on this path: `user:<id>:path:<path>` or
-/// `ip:<address>:path:<path>`.
+/// `ip:<address>:path:<path>`, the path as the router matches it
+/// ([`Request::route_path`]), so that `/login/` counts with `/login`.
 pub(super) fn caller_on_path_key(request: &Request) -> String {
     let mut key = caller_key(request);
     key.push_str(":path:");
-    key.push_str(request.path());
+    key.push_str(&request.route_path());
     key
 }
 
@@ -84,7 +87,11 @@ mod tests {
         assert_eq!(caller_key(&user), "user:42");
         assert_eq!(caller_on_path_key(&user), "user:42:path:/a");
         let v6 = request("/", Some("[2001:db8::1]:1"), None);
-        assert_eq!(caller_key(&v6), "ip:2001:db8::1");
+        assert_eq!(caller_key(&v6), "ip:2001:db8::/64");
+        for spelling in ["/login/", "//login", "/login//"] {
+            let guest = request(spelling, Some("203.0.113.9:1"), None);
+            assert_eq!(caller_on_path_key(&guest), "ip:203.0.113.9:path:/login");
+        }
     }
 
     #[test]

@@ -42,7 +42,10 @@ pub const DEFAULT_DECAY_SECONDS: i64 = 60;
 /// of routes a budget of its own (Laravel concatenates the prefix with no
 /// separator). The user is [`Request::user_id`]: run the middleware that
 /// signs the user in before this one. The address is [`Request::ip`], so
-/// the trusted proxies apply. A request with no address (one made in
+/// the trusted proxies apply, an IPv6 address counted with its /64
+/// ([`bucket_address`](crate::keys::bucket_address)); the path is
+/// [`Request::route_path`], so each spelling of a route the router serves
+/// (`/login/`, `//login`) counts in its bucket. A request with no address (one made in
 /// process, with no peer) gets a bucket of its own. The facade cleans every
 /// key once, as Laravel's does.
 ///
