@@ -247,6 +247,31 @@ async fn fifty_addresses_naming_one_mailbox_get_three_resets() {
     assert_eq!(route.form(&address(8), "victim@mail.test").await, 200);
 }
 
+/// A form labelled as JSON (or as anything else) still names its mailbox:
+/// a handler may read the form whatever the label, so the label cannot take
+/// the request out of the per-recipient count.
+#[tokio::test]
+async fn a_form_labelled_as_json_still_counts_for_its_mailbox() {
+    let route = reset_route();
+    let mut statuses = Vec::new();
+    for (n, label) in [FORM, JSON, "text/plain", JSON, JSON]
+        .into_iter()
+        .enumerate()
+    {
+        let reply = route
+            .post(
+                &address(n),
+                "/password/reset",
+                label,
+                "email=victim%40mail.test",
+            )
+            .await;
+        statuses.push(reply.status_code());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429, 429]);
+    assert_eq!(route.sent(), 3);
+}
+
 #[tokio::test]
 async fn spelling_variants_spend_one_budget_through_the_real_server() {
     let route = reset_route();
