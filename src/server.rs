@@ -28,7 +28,7 @@ use futures_util::FutureExt;
 use futures_util::future::Either;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
@@ -51,10 +51,19 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
 }
 
+/// How long a client may take to send a request's headers, from its first
+/// byte (or, on a kept-alive connection, from the end of the previous
+/// response) to the blank line that ends them. A client that takes longer
+/// is disconnected: without a bound, clients that send a header every few
+/// seconds and never finish hold a connection and its task for ever, and a
+/// graceful shutdown waits for them.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
 /// A bound listener, ready to serve.
 #[derive(Debug)]
 pub struct Server {
     listener: TcpListener,
+    header_read_timeout: Option<Duration>,
 }
 
 /// How many connections the kernel holds for the server until it accepts
@@ -74,7 +83,12 @@ pub async fn bind(addr: impl ToSocketAddrs) -> Result<Server, ServerError> {
     let mut last_error = None;
     for addr in tokio::net::lookup_host(addr).await? {
         match listen_on(addr) {
-            Ok(listener) => return Ok(Server { listener }),
+            Ok(listener) => {
+                return Ok(Server {
+                    listener,
+                    header_read_timeout: Some(HEADER_READ_TIMEOUT),
+                });
+            }
             Err(error) => last_error = Some(error),
         }
     }
@@ -109,6 +123,25 @@ pub async fn serve(addr: impl ToSocketAddrs, router: Router) -> Result<(), Serve
 }
 
 impl Server {
+    /// How long a client may take to send a request's headers over
+    /// HTTP/1 ([`HEADER_READ_TIMEOUT`] unless set); `None` waits for ever.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// # async fn run() -> Result<(), suprnova::server::ServerError> {
+    /// let server = suprnova::server::bind("127.0.0.1:0")
+    ///     .await?
+    ///     .header_read_timeout(Some(Duration::from_secs(10)));
+    /// # let _ = server;
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn header_read_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.header_read_timeout = timeout;
+        self
+    }
+
     /// The address the listener is bound to.
     pub fn local_addr(&self) -> Result<SocketAddr, ServerError> {
         Ok(self.listener.local_addr()?)
@@ -137,7 +170,12 @@ impl Server {
         router.validate()?;
         let router = Arc::new(router);
         let app = App::current();
-        let builder = auto::Builder::new(ScopedExecutor { app: app.clone() });
+        let mut builder = auto::Builder::new(ScopedExecutor { app: app.clone() });
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(self.header_read_timeout);
+        builder.http2().timer(TokioTimer::new());
         let graceful = GracefulShutdown::new();
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
