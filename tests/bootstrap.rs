@@ -277,6 +277,73 @@ fn a_refused_redis_url_never_shows_its_password() {
     );
 }
 
+/// Every refusal of a Redis URL, the driver's or the cache store's, hides
+/// the password: one holding a comma, one the cache store built from
+/// `REDIS_HOST` and `REDIS_PASSWORD`, and a plan printed whole.
+#[test]
+fn no_refusal_or_printed_plan_shows_a_redis_password() {
+    let refusals = [
+        refusal(&[
+            ("RATE_LIMIT_DRIVER", "redis"),
+            (
+                "RATE_LIMIT_REDIS_URL",
+                "redis://app:pa,s3cret@cache.internal:port",
+            ),
+        ]),
+        refusal(&[
+            ("RATE_LIMIT_DRIVER", "redis"),
+            (
+                "RATE_LIMIT_REDIS_URL",
+                "redis+cluster://app:pa,s3cret@a:7000,b:x",
+            ),
+        ]),
+        refusal(&[
+            ("APP_ENV", "local"),
+            ("CACHE_STORE", "redis"),
+            ("REDIS_URL", "redis://app:s3cret@cache.internal:port"),
+        ]),
+        refusal(&[
+            ("APP_ENV", "local"),
+            ("CACHE_STORE", "redis"),
+            ("REDIS_URL", "unix:///run/redis.sock?pass=s3cret&db=x"),
+        ]),
+        refusal(&[
+            ("APP_ENV", "local"),
+            ("CACHE_STORE", "redis"),
+            ("REDIS_HOST", "cache.internal/"),
+            ("REDIS_PASSWORD", "s3cret"),
+        ]),
+    ];
+    for err in &refusals {
+        assert!(!err.contains("s3cret") && !err.contains("app:pa"), "{err}");
+        assert!(err.contains("***"), "{err}");
+    }
+    assert!(
+        refusals[2].starts_with("REDIS_URL=\"redis://***@cache.internal:port\" is invalid: "),
+        "{}",
+        refusals[2]
+    );
+
+    let plan = plan(&[
+        ("APP_ENV", "local"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        (
+            "RATE_LIMIT_REDIS_URL",
+            "redis://app:pa,s3cret@cache.internal:6379",
+        ),
+        ("CACHE_STORE", "redis"),
+        ("REDIS_HOST", "cache.internal"),
+        ("REDIS_PASSWORD", "s3cret"),
+    ])
+    .unwrap();
+    let printed = format!("{plan:?}");
+    assert!(!printed.contains("s3cret"), "{printed}");
+    assert!(
+        printed.contains("redis://***@cache.internal:6379"),
+        "{printed}"
+    );
+}
+
 fn redis_plan(extra: &[(&str, &str)]) -> suprnova::bootstrap::RedisPlan {
     let mut pairs = vec![("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", "redis")];
     pairs.extend_from_slice(extra);

@@ -35,19 +35,11 @@ impl RedisPlan {
                     "{RATE_LIMIT_DRIVER}=redis needs the address of Redis, {URL_FORMS}"
                 ),
             })?;
-        let config = RedisConfig::from_url(&raw).map_err(|e| {
-            // Only the offending node of a list is named; the credentials
-            // of a URL never reach a log.
-            let node = if e.url == raw {
-                String::new()
-            } else {
-                format!("{:?}: ", redact_credentials(&e.url))
-            };
-            ConfigError::Invalid {
-                variable: RATE_LIMIT_REDIS_URL.to_owned(),
-                value: redact_credentials(&raw),
-                reason: format!("{node}{}; {URL_FORMS}", e.reason),
-            }
+        let config = RedisConfig::from_url(&raw).map_err(|e| ConfigError::Invalid {
+            // The credentials of a URL never reach a log.
+            variable: RATE_LIMIT_REDIS_URL.to_owned(),
+            value: redact_credentials(&raw),
+            reason: format!("{}; {URL_FORMS}", e.reason_in(&raw)),
         })?;
         Ok(Self {
             config: config.with_timeouts_from_env(env)?,

@@ -10,7 +10,7 @@ use crate::config::{ConfigError, Env};
 use crate::container::App;
 use crate::limiter::CacheRateLimiter;
 #[cfg(feature = "redis")]
-use crate::redis_client::{RedisConfig, RedisConnection, is_socket_scheme};
+use crate::redis_client::{RedisConfig, RedisConnection, is_socket_scheme, redact_credentials};
 
 /// Which backend the cache uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -251,9 +251,11 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
         Some(url) => ("REDIS_URL", url),
         None => ("REDIS_HOST", url_from_parts(env, database)?),
     };
+    // The value shown with its credentials hidden: a URL built from
+    // REDIS_HOST carries REDIS_PASSWORD.
     let invalid = |value: &str, reason: String| ConfigError::Invalid {
         variable: variable.to_owned(),
-        value: value.to_owned(),
+        value: redact_credentials(value),
         reason,
     };
     let parsed = RedisConfig::from_url(&url).map_err(|e| invalid(&url, e.reason))?;

@@ -1,5 +1,6 @@
 //! Redis URLs: one node or a cluster, and the timeouts that bound a call.
 
+use std::fmt;
 use std::time::Duration;
 
 use ::redis::IntoConnectionInfo;
@@ -33,7 +34,7 @@ use crate::config::{ConfigError, Env};
 /// assert!(!socket.is_cluster());
 /// assert!(RedisConfig::from_url("http://localhost").is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct RedisConfig {
     nodes: Vec<String>,
     cluster: bool,
@@ -89,7 +90,10 @@ impl RedisConfig {
                 .split(',')
                 .map(|host| format!("{scheme}{}", host.trim()))
                 .collect(),
-            None => rest.split(',').map(|u| u.trim().to_owned()).collect(),
+            None => split_urls(rest)
+                .into_iter()
+                .map(|u| u.trim().to_owned())
+                .collect(),
         };
         for node in &nodes {
             let scheme = scheme_of(node);
@@ -179,6 +183,59 @@ impl RedisConfig {
     }
 }
 
+impl fmt::Debug for RedisConfig {
+    /// The nodes with their credentials hidden, as [`redacted`](Self::redacted)
+    /// writes them: a configuration printed whole never shows a password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("nodes", &redact_credentials(&self.nodes.join(",")))
+            .field("cluster", &self.cluster)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+impl RedisUrlError {
+    /// Why `raw`, the whole value this error came from, was refused, for an
+    /// error that names its variable: the refused URL first when the value
+    /// is a list, then the reason; no credential of either shown. The URL
+    /// is left out when its hidden form cannot be found in the value's (a
+    /// piece cut at a comma inside a password, which would show part of it).
+    pub(crate) fn reason_in(&self, raw: &str) -> String {
+        let node = redact_credentials(&self.url);
+        if self.url == raw.trim() || !redact_credentials(raw).contains(&node) {
+            return self.reason.clone();
+        }
+        format!("{node:?}: {}", self.reason)
+    }
+}
+
+/// The URLs of a comma-separated list: a comma starts a new URL only where
+/// a scheme and `://` follow it, so a comma in a password stays in its URL.
+fn split_urls(urls: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    for (comma, _) in urls.match_indices(',') {
+        if starts_with_scheme(urls[comma + 1..].trim_start()) {
+            pieces.push(&urls[start..comma]);
+            start = comma + 1;
+        }
+    }
+    pieces.push(&urls[start..]);
+    pieces
+}
+
+/// Whether `text` starts with a URL scheme and `://`.
+fn starts_with_scheme(text: &str) -> bool {
+    text.find("://").is_some_and(|end| {
+        end > 0
+            && text[..end]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-'))
+    })
+}
+
 /// The scheme of a URL, before `://`; empty when it has none.
 fn scheme_of(url: &str) -> &str {
     url.split_once("://").map_or("", |(scheme, _)| scheme)
@@ -189,8 +246,16 @@ fn scheme_of(url: &str) -> &str {
 /// URL's `user=` and `pass=`. Works on a value that does not parse, for
 /// the error that refuses it.
 pub(crate) fn redact_credentials(urls: &str) -> String {
-    urls.split(',')
-        .map(redact_one)
+    split_urls(urls)
+        .into_iter()
+        .map(|url| {
+            let trimmed = url.trim_start();
+            format!(
+                "{}{}",
+                &url[..url.len() - trimmed.len()],
+                redact_one(trimmed)
+            )
+        })
         .collect::<Vec<_>>()
         .join(",")
 }
@@ -302,6 +367,42 @@ mod tests {
         assert_eq!(
             redact_credentials("redis://app:se?cret@h:6379"),
             "redis://***@h:6379"
+        );
+        // A comma in a password does not start another URL.
+        assert_eq!(
+            redact_credentials("redis://app:pa,s3cret@h:6379,redis://v:q,r@b:1"),
+            "redis://***@h:6379,redis://***@b:1"
+        );
+        assert_eq!(
+            redact_credentials("redis+cluster://app:pa,s3cret@a:7000,b:7001"),
+            "redis+cluster://***@a:7000,b:7001"
+        );
+    }
+
+    #[test]
+    fn a_comma_in_a_password_keeps_its_url_whole() {
+        let one = RedisConfig::from_url("redis://app:pa,ss@h:6379").unwrap();
+        assert!(!one.is_cluster());
+        assert_eq!(one.nodes(), ["redis://app:pa,ss@h:6379"]);
+        let debug = format!("{one:?}");
+        assert!(!debug.contains("pa,ss"), "{debug}");
+        assert!(debug.contains("redis://***@h:6379"), "{debug}");
+    }
+
+    #[test]
+    fn a_refused_piece_is_named_only_when_it_shows_no_secret() {
+        let raw = "redis://a:1,http://u:secret@b:2";
+        let e = RedisConfig::from_url(raw).unwrap_err();
+        assert!(
+            e.reason_in(raw)
+                .starts_with("\"http://***@b:2\": the scheme must be")
+        );
+        let raw = "redis+cluster://app:pa,s3cret@a:7000";
+        let e = RedisConfig::from_url(raw).unwrap_err();
+        let reason = e.reason_in(raw);
+        assert!(
+            !reason.contains("app:pa") && !reason.contains("s3cret"),
+            "{reason}"
         );
     }
 
