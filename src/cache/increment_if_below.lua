@@ -30,10 +30,12 @@ end
 local current = redis.call('GET', KEYS[1])
 local count = 0
 if current then
-    count = tonumber(current)
-    if count == nil or count ~= math.floor(count) then
+    -- Digits only, as INCRBY reads them: Lua's tonumber would also take
+    -- 0x10, 1e3, ' 7' and inf, which INCRBY refuses.
+    if not string.match(current, '^-?%d+$') then
         return redis.error_reply('ERR value is not an integer or out of range')
     end
+    count = tonumber(current)
 end
 local amount = tonumber(ARGV[2])
 if count + amount > tonumber(ARGV[3]) then

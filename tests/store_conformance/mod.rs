@@ -62,10 +62,16 @@ pub async fn increment_keeps_the_time_to_live(store: &dyn Store, p: &str) {
 
 pub async fn integer_operations_refuse_other_values(store: &dyn Store, p: &str) {
     let k = format!("{p}text");
-    store.put(&k, "abc", MINUTE).await.unwrap();
-    assert!(store.increment(&k, 1).await.is_err());
-    assert!(store.increment_if_below(&k, 60, 1, 10).await.is_err());
-    assert_eq!(store.get(&k).await.unwrap().as_deref(), Some("abc"));
+    for value in ["abc", "0x10", "1e3", " 7", "7 ", "inf", "nan", "1.5"] {
+        store.put(&k, value, MINUTE).await.unwrap();
+        assert!(store.increment(&k, 1).await.is_err(), "{value:?}");
+        // Whether the count would fit under the ceiling or not.
+        for ceiling in [10_000, 1] {
+            let outcome = store.increment_if_below(&k, 60, 1, ceiling).await;
+            assert!(outcome.is_err(), "{value:?} under {ceiling}: {outcome:?}");
+        }
+        assert_eq!(store.get(&k).await.unwrap().as_deref(), Some(value));
+    }
 }
 
 pub async fn increment_if_below_counts_up_to_the_ceiling(store: &dyn Store, p: &str) {
