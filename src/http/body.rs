@@ -47,7 +47,13 @@ impl From<BodyError> for HttpResponse {
 }
 
 pub(crate) enum BodyState {
-    Streaming(BoxBody<Bytes, BoxError>),
+    /// Not read to its end: the bytes a reader over its cap already took
+    /// (none yet, for a body nobody has read), and the rest, still on the
+    /// connection.
+    Streaming {
+        read: BytesMut,
+        rest: BoxBody<Bytes, BoxError>,
+    },
     Buffered(Bytes),
     Consumed,
 }
@@ -57,8 +63,18 @@ impl BodyState {
         BodyState::Buffered(Bytes::new())
     }
 
+    /// A body still on the connection, not read at all.
+    pub(crate) fn streaming(body: BoxBody<Bytes, BoxError>) -> Self {
+        BodyState::Streaming {
+            read: BytesMut::new(),
+            rest: body,
+        }
+    }
+
     /// Reads the whole body, refusing more than `limit` bytes. A body that
     /// announces a larger `Content-Length` is refused before a byte is read.
+    /// A body found over the cap as it arrives keeps what was read, so a
+    /// later reader with a larger cap reads it whole: nothing is lost.
     pub(crate) async fn read(
         &mut self,
         limit: usize,
@@ -68,22 +84,28 @@ impl BodyState {
             BodyState::Buffered(bytes) if bytes.len() > limit => Err(BodyError::TooLarge { limit }),
             BodyState::Buffered(bytes) => Ok(bytes.clone()),
             BodyState::Consumed => Err(BodyError::Consumed),
-            BodyState::Streaming(_) => {
-                if content_length.is_some_and(|n| n > limit as u64) {
+            BodyState::Streaming { read, .. } => {
+                if content_length.is_some_and(|n| n > limit as u64) || read.len() > limit {
                     return Err(BodyError::TooLarge { limit });
                 }
-                let BodyState::Streaming(mut body) = std::mem::replace(self, BodyState::Consumed)
+                let BodyState::Streaming {
+                    read: mut buf,
+                    rest: mut body,
+                } = std::mem::replace(self, BodyState::Consumed)
                 else {
                     unreachable!("matched Streaming above")
                 };
-                let mut buf = BytesMut::new();
                 while let Some(frame) = body.frame().await {
                     let frame = frame.map_err(BodyError::Read)?;
                     if let Ok(data) = frame.into_data() {
-                        if buf.len() + data.len() > limit {
+                        buf.extend_from_slice(&data);
+                        if buf.len() > limit {
+                            *self = BodyState::Streaming {
+                                read: buf,
+                                rest: body,
+                            };
                             return Err(BodyError::TooLarge { limit });
                         }
-                        buf.extend_from_slice(&data);
                     }
                 }
                 let bytes = buf.freeze();

@@ -71,7 +71,7 @@ impl Request {
         let body = if body.is_end_stream() {
             BodyState::empty()
         } else {
-            BodyState::Streaming(body.map_err(Into::into).boxed())
+            BodyState::streaming(body.map_err(Into::into).boxed())
         };
         Self {
             parts: Box::new(parts),
@@ -228,8 +228,9 @@ impl Request {
 
     /// Reads the whole body, refusing more than `limit` bytes, and keeps it
     /// for later readers. A body that announces a larger `Content-Length` is
-    /// refused before it is read. [`BodyError`] converts into a 413 (or 400)
-    /// response.
+    /// refused before it is read; one found larger as it arrives keeps what
+    /// was read, so a later reader with a larger cap still gets every byte.
+    /// [`BodyError`] converts into a 413 (or 400) response.
     pub async fn body_bytes(&mut self, limit: usize) -> Result<Bytes, BodyError> {
         let announced = self
             .header(http::header::CONTENT_LENGTH.as_str())
@@ -322,6 +323,28 @@ mod tests {
         let err = r.body_bytes(5).await.unwrap_err();
         assert!(matches!(err, BodyError::TooLarge { limit: 5 }));
         assert_eq!(err.to_response().status_code(), 413);
+    }
+
+    #[tokio::test]
+    async fn a_body_found_over_a_cap_is_kept_for_a_reader_with_a_larger_one() {
+        use futures_util::stream;
+        use http_body::Frame;
+        use http_body_util::StreamBody;
+
+        let frames = ["0123", "4567", "89ab", "cdef"]
+            .map(|chunk| Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(chunk))));
+        let mut r = Request::new(
+            http::Request::post("/p")
+                .body(StreamBody::new(stream::iter(frames)))
+                .unwrap(),
+        );
+        for cap in [6, 10] {
+            let err = r.body_bytes(cap).await.unwrap_err();
+            assert!(matches!(err, BodyError::TooLarge { limit } if limit == cap));
+        }
+        assert_eq!(r.buffered_body(), None);
+        assert_eq!(r.body_bytes(16).await.unwrap(), "0123456789abcdef");
+        assert_eq!(r.bytes().await.unwrap(), "0123456789abcdef");
     }
 
     #[test]
