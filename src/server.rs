@@ -36,6 +36,7 @@ use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 use crate::container::App;
 use crate::http::{BoxError, HttpResponse, Request, TrustedProxies};
 use crate::routing::{ConnectionRouter, RouteError, Router};
+use crate::ws::Sessions;
 
 /// How long a graceful shutdown waits for open connections to finish.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -158,7 +159,9 @@ impl Server {
     }
 
     /// Serves until `shutdown` completes, then stops accepting, lets open
-    /// connections finish (up to [`SHUTDOWN_GRACE`]) and returns.
+    /// connections finish, tells every open WebSocket to close (its
+    /// handler's next read returns `None`) and waits for the sessions to
+    /// end, all within [`SHUTDOWN_GRACE`], and returns.
     ///
     /// A router with registration errors is refused before anything is
     /// served.
@@ -170,7 +173,11 @@ impl Server {
         router.validate()?;
         let router = Arc::new(router);
         let app = App::current();
-        let mut builder = auto::Builder::new(ScopedExecutor { app: app.clone() });
+        let sessions = Sessions::new();
+        let mut builder = auto::Builder::new(ScopedExecutor {
+            app: app.clone(),
+            sessions: sessions.clone(),
+        });
         builder
             .http1()
             .timer(TokioTimer::new())
@@ -213,18 +220,23 @@ impl Server {
                     // task, so one scope a connection makes `app` current
                     // for all of them; what HTTP/2 spawns, ScopedExecutor
                     // scopes.
-                    tokio::spawn(app.scope(async move {
+                    tokio::spawn(app.scope(sessions.scope(async move {
                         if let Err(error) = connection.await {
                             tracing::debug!(%peer, %error, "connection ended with an error");
                         }
-                    }));
+                    })));
                 }
                 () = &mut shutdown => break,
             }
         }
         drop(self.listener);
+        // Requests in flight finish; WebSockets are told to close, and end
+        // when their handlers return.
+        let drained = async {
+            tokio::join!(graceful.shutdown(), sessions.shut_down());
+        };
         tokio::select! {
-            () = graceful.shutdown() => {}
+            () = drained => {}
             () = tokio::time::sleep(SHUTDOWN_GRACE) => {
                 tracing::warn!("connections still open after the shutdown grace period");
             }
@@ -336,6 +348,7 @@ fn panicked() -> HttpResponse {
 #[derive(Clone)]
 struct ScopedExecutor {
     app: App,
+    sessions: Sessions,
 }
 
 impl<F> hyper::rt::Executor<F> for ScopedExecutor
@@ -344,6 +357,6 @@ where
     F::Output: Send + 'static,
 {
     fn execute(&self, future: F) {
-        tokio::spawn(self.app.scope(future));
+        tokio::spawn(self.app.scope(self.sessions.scope(future)));
     }
 }

@@ -321,3 +321,41 @@ async fn the_session_lasts_while_a_task_the_handler_spawned_holds_the_socket() {
     assert!(end.is_none(), "{end:?}");
     wait_open(&cap, "127.0.0.1", 0).await;
 }
+
+/// A shutdown tells an open socket: its handler's read returns `None`, the
+/// client gets a close frame with code 1001 (going away), and the server
+/// returns once the session is over, its place given back.
+#[tokio::test]
+async fn a_shutdown_closes_open_sockets_going_away_and_waits_for_them() {
+    use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+
+    let cap = RateLimitMiddleware::connections_per_ip(5);
+    let server = TestServer::start(ws!("/echo", Echo).middleware(cap.clone())).await;
+    let mut client = connect(server.addr(), "127.0.0.1", "/echo").await.unwrap();
+    client.send(Message::text("before")).await.unwrap();
+    assert_eq!(next_text(&mut client).await, "127.0.0.1 before");
+    wait_open(&cap, "127.0.0.1", 1).await;
+
+    let stopping = tokio::spawn(server.stop());
+    let frame = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("no close frame in time")
+        .expect("the socket ended without a close frame")
+        .expect("the socket failed");
+    match frame {
+        Message::Close(Some(close)) => assert_eq!(close.code, CloseCode::Away),
+        other => panic!("expected a close frame, got {other:?}"),
+    }
+    // The client answers the close; the session ends, and so does the
+    // server.
+    tokio::time::timeout(Duration::from_secs(5), async {
+        while let Some(Ok(_)) = client.next().await {}
+    })
+    .await
+    .expect("the server did not finish the close in time");
+    tokio::time::timeout(Duration::from_secs(5), stopping)
+        .await
+        .expect("the server did not stop in time")
+        .unwrap();
+    assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 0);
+}

@@ -46,6 +46,12 @@
 //! done (or [`CLOSE_TIMEOUT`] has passed). A middleware that refuses the
 //! upgrade drops the request, and its holds, at once.
 //!
+//! When the server shuts down, every open socket is told: its next
+//! [`WebSocket::recv`] (or the one it is waiting in) sends the peer a close
+//! frame with code 1001, going away, and returns `None`, so a handler that
+//! reads its socket ends. The server waits for the sessions, within its
+//! [`SHUTDOWN_GRACE`](crate::server::SHUTDOWN_GRACE).
+//!
 //! Upgrades need a connection: serve the router with
 //! [`server`](crate::server). An in-process request
 //! ([`handle_request`](crate::server::handle_request)) cannot be upgraded
@@ -56,7 +62,10 @@
 mod handler;
 mod handshake;
 mod route;
+mod sessions;
 mod socket;
+
+pub(crate) use sessions::Sessions;
 
 pub use handler::WebSocketHandler;
 pub use route::{CLOSE_TIMEOUT, route};

@@ -9,13 +9,13 @@ use std::time::Duration;
 use futures_util::{FutureExt, StreamExt};
 use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::Role;
 
 use super::handshake::accept_key;
 use super::socket::Stream;
-use super::{WebSocket, WebSocketHandler};
+use super::{Sessions, WebSocket, WebSocketHandler};
 use crate::container::App;
 use crate::{HttpResponse, Request, Router};
 
@@ -75,13 +75,15 @@ async fn upgrade<H: WebSocketHandler>(handler: Arc<H>, mut request: Request) -> 
         return HttpResponse::text("500 Internal Server Error").status(500);
     };
     let holds = request.take_connection_holds();
+    let shutdown = Sessions::join_current();
     let client_ip = request.ip_addr();
     let path = request.path().to_owned();
     // The request (its body, its headers) is not needed by the session; only
     // its holds are, and they moved out above.
     drop(request);
     let app = App::current();
-    tokio::spawn(app.scope(run_session(handler, on_upgrade, holds, client_ip, path)));
+    let session = run_session(handler, on_upgrade, holds, shutdown, client_ip, path);
+    tokio::spawn(app.scope(session));
     HttpResponse::new()
         .status(101)
         .header("Upgrade", "websocket")
@@ -89,11 +91,14 @@ async fn upgrade<H: WebSocketHandler>(handler: Arc<H>, mut request: Request) -> 
         .header("Sec-WebSocket-Accept", accept)
 }
 
-/// One socket's session. `holds` live exactly as long as it does.
+/// One socket's session. `holds` live exactly as long as it does, and so
+/// does `shutdown`, the server's flag, by which the server knows it is
+/// over.
 async fn run_session<H: WebSocketHandler>(
     handler: Arc<H>,
     on_upgrade: OnUpgrade,
     holds: Vec<Box<dyn Any + Send + Sync>>,
+    shutdown: Option<watch::Receiver<bool>>,
     client_ip: Option<std::net::IpAddr>,
     path: String,
 ) {
@@ -108,7 +113,7 @@ async fn run_session<H: WebSocketHandler>(
     };
     let stream = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
     let (give_back, given_back) = oneshot::channel();
-    let socket = WebSocket::new(stream, give_back, client_ip, path.clone());
+    let socket = WebSocket::new(stream, give_back, shutdown.clone(), client_ip, path.clone());
     if AssertUnwindSafe(handler.on_socket(socket))
         .catch_unwind()
         .await
@@ -122,6 +127,7 @@ async fn run_session<H: WebSocketHandler>(
         finish_close(stream).await;
     }
     drop(holds);
+    drop(shutdown);
 }
 
 /// Completes the close handshake: sends our close frame (or flushes the

@@ -6,9 +6,11 @@ use std::net::IpAddr;
 use futures_util::{SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, watch};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Error as TungsteniteError;
+use tokio_tungstenite::tungstenite::protocol::CloseFrame;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 /// A WebSocket message: text, binary, ping, pong or close.
 pub use tokio_tungstenite::tungstenite::Message;
@@ -26,6 +28,9 @@ pub(super) type Stream = WebSocketStream<TokioIo<Upgraded>>;
 /// completes the close handshake for it, so a handler may simply return.
 pub struct WebSocket {
     stream: Option<Stream>,
+    // The server's shutdown flag; `true` closes the socket at the next
+    // read.
+    shutdown: Option<watch::Receiver<bool>>,
     // Hands the stream back to the session when the socket drops, so the
     // close handshake can be completed after the handler is done with it.
     give_back: Option<oneshot::Sender<Stream>>,
@@ -37,11 +42,13 @@ impl WebSocket {
     pub(super) fn new(
         stream: Stream,
         give_back: oneshot::Sender<Stream>,
+        shutdown: Option<watch::Receiver<bool>>,
         client_ip: Option<IpAddr>,
         path: String,
     ) -> Self {
         Self {
             stream: Some(stream),
+            shutdown,
             give_back: Some(give_back),
             client_ip,
             path,
@@ -49,11 +56,27 @@ impl WebSocket {
     }
 
     /// The next message from the peer; `None` once the peer has closed the
-    /// socket (its close frame is answered for you) or the connection is
-    /// gone. Ping and pong frames are returned too.
+    /// socket (its close frame is answered for you), the connection is
+    /// gone, or the server is shutting down (the peer is then sent a close
+    /// frame with code 1001, going away). Ping and pong frames are returned
+    /// too.
     pub async fn recv(&mut self) -> Option<Result<Message, WebSocketError>> {
         let stream = self.stream.as_mut()?;
-        match stream.next().await? {
+        let next = match self.shutdown.as_mut() {
+            Some(shutdown) => tokio::select! {
+                next = stream.next() => next,
+                () = shutting_down(shutdown) => {
+                    let going_away = CloseFrame {
+                        code: CloseCode::Away,
+                        reason: "the server is shutting down".into(),
+                    };
+                    let _ = stream.close(Some(going_away)).await;
+                    return None;
+                }
+            },
+            None => stream.next().await,
+        };
+        match next? {
             Ok(Message::Close(_)) => None,
             Err(TungsteniteError::ConnectionClosed | TungsteniteError::AlreadyClosed) => None,
             other => Some(other),
@@ -86,6 +109,20 @@ impl WebSocket {
     /// The path the socket was opened on.
     pub fn path(&self) -> &str {
         &self.path
+    }
+}
+
+/// Resolves once the server's flag says it is shutting down; never, when
+/// the server is gone without saying so.
+async fn shutting_down(shutdown: &mut watch::Receiver<bool>) {
+    loop {
+        let down = *shutdown.borrow_and_update();
+        if down {
+            return;
+        }
+        if shutdown.changed().await.is_err() {
+            return std::future::pending().await;
+        }
     }
 }
 
