@@ -86,10 +86,11 @@ impl Decision {
     /// assert_eq!(Decision::refused(10, Duration::from_millis(1200)).retry_after_secs(), Some(2));
     /// assert_eq!(Decision::refused(10, Duration::ZERO).retry_after_secs(), Some(1));
     /// assert_eq!(Decision::allowed(10, 3).retry_after_secs(), None);
+    /// assert_eq!(Decision::refused(0, Duration::MAX).retry_after_secs(), Some(u64::MAX));
     /// ```
     pub fn retry_after_secs(&self) -> Option<u64> {
         self.retry_after.map(|d| {
-            let secs = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+            let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
             secs.max(1)
         })
     }

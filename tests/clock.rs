@@ -4,7 +4,7 @@ mod support;
 
 use std::time::Duration;
 
-use suprnova::clock::Clock;
+use suprnova::clock::{Clock, FakeClock};
 
 #[test]
 fn freeze_at_noon_and_advance_to_the_next_minute() {
@@ -22,4 +22,14 @@ fn freeze_at_noon_and_advance_to_the_next_minute() {
     );
     // Frozen: reading again does not move it.
     assert_eq!(clock.now_utc().format("%H:%M:%S").to_string(), "12:01:00");
+}
+
+#[test]
+fn advancing_past_the_end_of_the_clock_stays_at_the_end() {
+    let clock = FakeClock::at_unix(1_000);
+    clock.advance(Duration::MAX);
+    assert_eq!(clock.unix_nanos(), u64::MAX);
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(clock.unix_nanos(), u64::MAX);
+    assert!(clock.unix_seconds() > 1_000);
 }

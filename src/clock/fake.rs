@@ -38,7 +38,13 @@ impl FakeClock {
     /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
         let by = u64::try_from(by.as_nanos()).unwrap_or(u64::MAX);
-        self.nanos.fetch_add(by, Ordering::SeqCst);
+        // Saturating, as the constructors are: a clock moved past the end
+        // of what it holds stays there rather than wrapping back to 1970.
+        let _ = self
+            .nanos
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |nanos| {
+                Some(nanos.saturating_add(by))
+            });
     }
 
     /// Moves the clock to `at`, forward or backward.

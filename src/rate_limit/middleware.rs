@@ -90,6 +90,12 @@ pub(super) enum LimiterSource {
 /// you, and [`identity_key`](super::identity_key) keys on the account a
 /// request acts on.
 ///
+/// One key, one limit: a bucket is trimmed to the window of each call on
+/// it, so two limits whose key functions return the same key (10 a second
+/// and 30 a minute, say) do not add up; the shorter window drops hits the
+/// longer one still counts. Put the limit's numbers, or a name, in each
+/// key.
+///
 /// # Per recipient, stacked on per address
 ///
 /// A per-address limit cannot see many hosts flooding one mailbox; a

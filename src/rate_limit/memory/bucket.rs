@@ -225,10 +225,11 @@ const EXACT_WINDOW_MS: u64 = 1 << 31;
 const IN_SECONDS: u32 = 1 << 31;
 
 /// Packs a window into 32 bits, for the sweep: exact to the millisecond up to
-/// about 24.8 days, rounded up to whole seconds above (up to about 68 years,
-/// where it saturates). Rounding up means a sweep drops a bucket at most a
-/// second late, never early; the calls themselves trim with the exact window
-/// they are given. Eight bytes less in each bucket lets a key and its bucket
+/// about 24.8 days, rounded up to whole seconds above, up to about 68 years;
+/// a longer window packs as [`NEVER_SWEPT`], which the sweep reads back as no
+/// end at all. Rounding up means a sweep drops a bucket at most a second
+/// late, never early; the calls themselves trim with the exact window they
+/// are given. Eight bytes less in each bucket lets a key and its bucket
 /// share one 64-byte slot: one cache line.
 fn pack_window(window_ms: u64) -> u32 {
     if window_ms < EXACT_WINDOW_MS {
@@ -238,10 +239,16 @@ fn pack_window(window_ms: u64) -> u32 {
     }
 }
 
-/// The window [`pack_window`] packed, in milliseconds (at least the window
-/// that was packed, below the saturation).
+/// A window too long for [`pack_window`]'s seconds (about 68 years or
+/// more): the sweep never drops such a bucket's hits, its own calls do.
+const NEVER_SWEPT: u32 = u32::MAX;
+
+/// The window [`pack_window`] packed, in milliseconds: at least the window
+/// that was packed, and no end at all for [`NEVER_SWEPT`].
 fn unpack_window(packed: u32) -> u64 {
-    if packed & IN_SECONDS == 0 {
+    if packed == NEVER_SWEPT {
+        u64::MAX
+    } else if packed & IN_SECONDS == 0 {
         u64::from(packed)
     } else {
         u64::from(packed & !IN_SECONDS) * 1_000
@@ -344,11 +351,22 @@ mod tests {
             unpack_window(pack_window(thirty_days + 1)),
             thirty_days + 1_000
         );
-        let beyond = u64::MAX;
-        assert_eq!(
-            unpack_window(pack_window(beyond)),
-            u64::from(IN_SECONDS - 1) * 1_000
-        );
+        // The longest window seconds hold, and any longer: never swept.
+        let most = u64::from(IN_SECONDS - 2) * 1_000;
+        assert_eq!(unpack_window(pack_window(most)), most);
+        for beyond in [most + 1, 100 * 365 * 86_400_000, u64::MAX] {
+            assert_eq!(pack_window(beyond), NEVER_SWEPT);
+            assert_eq!(unpack_window(pack_window(beyond)), u64::MAX);
+        }
+    }
+
+    // A hit 69 years into a 100-year window is still in: the sweep keeps it.
+    #[test]
+    fn the_sweep_never_drops_a_window_longer_than_seconds_pack() {
+        let year = 365 * 86_400_000;
+        let mut bucket = Bucket::new(0, 100 * year);
+        assert!(!bucket.sweep(69 * year));
+        assert_eq!(bucket.len(), 1);
     }
 
     // A bucket of a 30-day window, idle for 29 days, is still held by the

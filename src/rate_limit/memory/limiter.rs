@@ -197,10 +197,11 @@ impl InMemoryRateLimiter {
             return Some(config.window);
         }
         let window_ms = millis_ceil(config.window);
+        let place = self.shards.place(key);
         let mut locked = self.shards.lock(key);
         let bucket = locked.get_mut()?;
         if bucket.trim(now / NANOS_PER_MILLI, window_ms) {
-            locked.remove();
+            self.shards.drop_bucket(&mut locked, place);
             return None;
         }
         if bucket.len() < max {
@@ -310,7 +311,9 @@ fn refused(max: u32, frees_at_ms: u64, now: u64) -> Decision {
 /// come back after a whole window, the longest any hit could hold a place.
 fn refused_forever(config: &SlidingWindowConfig, now: u64) -> Decision {
     let reopen = Duration::from_nanos(now).saturating_add(config.window);
-    let reset = reopen.as_secs() + u64::from(reopen.subsec_nanos() > 0);
+    let reset = reopen
+        .as_secs()
+        .saturating_add(u64::from(reopen.subsec_nanos() > 0));
     Decision::refused(0, config.window).with_reset_at(i64::try_from(reset).unwrap_or(i64::MAX))
 }
 
@@ -357,6 +360,46 @@ fn unix_secs_ceil(ms: u64) -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A bucket that `retry_after` finds empty and drops frees its note, as
+    /// one the sweep drops does.
+    #[test]
+    fn a_bucket_dropped_by_retry_after_frees_its_note() {
+        let clock = crate::clock::FakeClock::at_unix(1_000_000);
+        let limiter = InMemoryRateLimiter::with_clock(clock.shared())
+            .with_shards(1)
+            .with_sweep_interval(Duration::MAX);
+        let config = SlidingWindowConfig::new(1, Duration::from_secs(1));
+        for k in 0..100 {
+            let key = format!("k{k}");
+            assert!(limiter.acquire_now(&key, &config).unwrap().allowed);
+            assert!(!limiter.acquire_now(&key, &config).unwrap().allowed);
+        }
+        assert_eq!(limiter.shards.note_count(), 100);
+        clock.advance(Duration::from_secs(2));
+        for k in 0..100 {
+            let wait = limiter.retry_after_now(&format!("k{k}"), &config);
+            assert_eq!(wait.unwrap(), None);
+        }
+        assert_eq!(limiter.bucket_count(), 0);
+        assert_eq!(limiter.shards.note_count(), 0);
+    }
+
+    /// A limit of 0 over the longest window refuses with the longest wait,
+    /// without overflow.
+    #[test]
+    fn a_zero_limit_over_the_longest_window_refuses_for_ever() {
+        let clock = crate::clock::FakeClock::at_unix(1_700_000_000);
+        let limiter = InMemoryRateLimiter::with_clock(clock.shared());
+        for window in [Duration::MAX, Duration::from_secs(u64::MAX)] {
+            let refused = limiter
+                .acquire_now("k", &SlidingWindowConfig::new(0, window))
+                .unwrap();
+            assert!(!refused.allowed);
+            assert_eq!(refused.retry_after_secs(), Some(u64::MAX));
+            assert_eq!(refused.reset_at, Some(i64::MAX));
+        }
+    }
 
     #[test]
     fn millis_round_up_without_overflow() {

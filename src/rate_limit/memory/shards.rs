@@ -76,6 +76,20 @@ impl Shards {
         locked
     }
 
+    /// Drops the bucket `locked` holds, the key of `place`'s, and frees its
+    /// note, as the sweep does: a note left behind would hold its place in
+    /// the shard's notes for the driver's life.
+    pub(super) fn drop_bucket(&self, locked: &mut Locked<'_, '_, Bucket>, place: Place<'_>) {
+        locked.remove();
+        self.full.remove(place);
+    }
+
+    /// How many notes the shards hold.
+    #[cfg(test)]
+    pub(super) fn note_count(&self) -> usize {
+        self.full.len()
+    }
+
     /// How many buckets all shards hold.
     pub(super) fn bucket_count(&self) -> usize {
         self.map.len()
