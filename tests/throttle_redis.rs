@@ -64,6 +64,39 @@ fn raw_get(server: &RedisServer, key: &str) -> String {
     server.command(&format!("GET {key}"))
 }
 
+/// A refusal costs Redis what an admission does: one script call, whose
+/// reply carries the window's end for the refusal's headers.
+#[tokio::test]
+async fn an_admission_and_a_refusal_are_one_script_call_each() {
+    let server = RedisServer::start();
+    let app = app_on_redis(&server.url(), &unique_prefix("one-call"));
+    app.scope(async {
+        let router = ok_routes(&["/warm", "/x"])
+            .middleware(suprnova::ThrottleRequestsMiddleware::with(1, 1, ""));
+        // The first call of a connection loads the script.
+        assert_eq!(get(&router, "/warm").await.status_code(), 200);
+        let admitted = server
+            .commands_sent_during(async {
+                assert_eq!(get(&router, "/x").await.status_code(), 200);
+            })
+            .await;
+        assert_eq!(admitted, ["evalsha"]);
+        let refused = server
+            .commands_sent_during(async {
+                let r = get(&router, "/x").await;
+                assert_eq!(r.status_code(), 429);
+                let wait: i64 = r.header_str("retry-after").unwrap().parse().unwrap();
+                assert!((59..=60).contains(&wait), "{wait}");
+                let reset: i64 = r.header_str("x-ratelimit-reset").unwrap().parse().unwrap();
+                let now = suprnova::clock::system().unix_seconds();
+                assert!((now + 58..=now + 61).contains(&reset), "{reset} at {now}");
+            })
+            .await;
+        assert_eq!(refused, ["evalsha"]);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn a_short_window_counts_refuses_without_counting_and_reopens() {
     let server = RedisServer::start();

@@ -20,7 +20,10 @@
 -- string far faster than an array): counted is 1 when the amount was added
 -- and count is then the new value; counted is 0 when it was not, and count
 -- is the value left untouched (0 for a missing counter). A value that is
--- not an integer is an error, as for INCRBY.
+-- not an integer is an error, as for INCRBY. With KEYS[2], a third integer
+-- follows: when the call did not count, the timer's value (the end of the
+-- window a refusal reports, read in this same step), else 0; 0 too for a
+-- timer that does not hold an integer.
 --
 -- Counts are compared as Lua numbers (doubles): exact up to 2^53, far beyond
 -- any rate-limit count; a ceiling of 2^63 - 1 means "no ceiling".
@@ -39,10 +42,20 @@ if current then
 end
 local amount = tonumber(ARGV[2])
 if count + amount > tonumber(ARGV[3]) then
+    if KEYS[2] then
+        local ends = redis.call('GET', KEYS[2])
+        if not (ends and string.match(ends, '^-?%d+$')) then
+            ends = '0'
+        end
+        return string.format('0 %d %s', count, ends)
+    end
     return string.format('0 %d', count)
 end
 local next = redis.call('INCRBY', KEYS[1], amount)
 if redis.call('TTL', KEYS[1]) < 0 then
     redis.call('EXPIRE', KEYS[1], ARGV[1])
+end
+if KEYS[2] then
+    return string.format('1 %d 0', next)
 end
 return string.format('1 %d', next)

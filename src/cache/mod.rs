@@ -20,5 +20,5 @@ pub(crate) use facade::store_of;
 pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
-pub(crate) use store::parse_integer;
 pub use store::{CacheError, IncrementOutcome, Store, WindowIncrement};
+pub(crate) use store::{parse_integer, window_end};

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 
 use super::store::{
     CacheError, IncrementOutcome, Store, WindowIncrement, add_then_increment_if_below,
+    count_then_read_window_end,
 };
 use crate::redis_client::{RedisConnection, ScriptCall, reply_numbers};
 
@@ -208,6 +209,20 @@ impl Store for RedisStore {
         if self.conn.config().is_cluster() {
             return add_then_increment_if_below(self, count).await;
         }
+        Ok(self.increment_in_window_or_window_end(count).await?.0)
+    }
+
+    async fn increment_in_window_or_window_end(
+        &self,
+        count: WindowIncrement<'_>,
+    ) -> Result<(IncrementOutcome, Option<i64>), CacheError> {
+        if self.conn.config().is_cluster() {
+            // The timer lives in another slot: read apart when the call did
+            // not count.
+            return count_then_read_window_end(self, count).await;
+        }
+        // One script: the timer opened, the count, and for a call that did
+        // not count the timer's value, in one round trip.
         let mut call = ScriptCall::new(&INCREMENT_IF_BELOW, 2);
         call.key(&self.prefix, count.key)
             .key(&self.prefix, count.timer_key)
@@ -215,7 +230,14 @@ impl Store for RedisStore {
             .arg(count.amount)
             .arg(count.ceiling)
             .arg(count.ends_at);
-        self.count_below(&call).await
+        let reply: Vec<u8> = self.conn.call_script(&call).await?;
+        let [counted, count, ends_at] = reply_numbers::<i64, 3>(&reply)?;
+        let outcome = IncrementOutcome {
+            counted: counted == 1,
+            count,
+        };
+        let ends_at = (!outcome.counted && ends_at != 0).then_some(ends_at);
+        Ok((outcome, ends_at))
     }
 
     async fn forget(&self, key: &str) -> Result<bool, CacheError> {

@@ -111,6 +111,19 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         add_then_increment_if_below(self, count).await
     }
 
+    /// [`increment_in_window`](Store::increment_in_window), and, when the
+    /// call did not count, the end of the window as its timer holds it (Unix
+    /// seconds; `None` when the timer holds no integer): what a refusal tells
+    /// its caller. The provided method reads the timer after the count; the
+    /// Redis store on one node reads it in the count's own step, so that a
+    /// refusal costs one round trip as an admission does.
+    async fn increment_in_window_or_window_end(
+        &self,
+        count: WindowIncrement<'_>,
+    ) -> Result<(IncrementOutcome, Option<i64>), CacheError> {
+        count_then_read_window_end(self, count).await
+    }
+
     /// [`increment_in_window`](Store::increment_in_window) for a store that
     /// answers without waiting (the memory store), called without a future:
     /// `None` from a store that has to wait for its answer (Redis, and the
@@ -172,6 +185,29 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     )
     .await?;
     Ok(outcome)
+}
+
+/// [`Store::increment_in_window_or_window_end`] as two steps: the count,
+/// then, when it did not count, a read of the timer.
+pub(crate) async fn count_then_read_window_end<S: Store + ?Sized>(
+    store: &S,
+    count: WindowIncrement<'_>,
+) -> Result<(IncrementOutcome, Option<i64>), CacheError> {
+    let outcome = store.increment_in_window(count).await?;
+    if outcome.counted {
+        return Ok((outcome, None));
+    }
+    Ok((outcome, window_end(store, count.timer_key).await?))
+}
+
+/// The end of a window as its timer under `timer_key` holds it (Unix
+/// seconds); `None` when there is no timer or it holds no integer.
+pub(crate) async fn window_end<S: Store + ?Sized>(
+    store: &S,
+    timer_key: &str,
+) -> Result<Option<i64>, CacheError> {
+    let timer = store.get(timer_key).await?;
+    Ok(timer.and_then(|value| parse_integer(timer_key, &value).ok()))
 }
 
 /// One count in a rate-limit window, as [`Store::increment_in_window`]

@@ -9,7 +9,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::clean_key::{clean_rate_limiter_key, cleaned};
-use crate::cache::{CacheError, IncrementOutcome, Store, WindowIncrement, parse_integer};
+use crate::cache::{
+    CacheError, IncrementOutcome, Store, WindowIncrement, parse_integer, window_end,
+};
 use crate::clock::SharedClock;
 
 /// Laravel's `Illuminate\Cache\RateLimiter`: a fixed-window counter kept in
@@ -342,6 +344,39 @@ impl CacheRateLimiter {
                 .await?;
         }
         Ok(outcome)
+    }
+
+    /// One attempt counted under `max_attempts` in a window of
+    /// `decay_seconds`, as [`increment_if_below`](Self::increment_if_below)
+    /// counts it, and, when it does not count, the end of the window (Unix
+    /// seconds) read in the same step where the store can: what the
+    /// throttle's refusal reports, in the round trip of its count.
+    pub(crate) async fn take_one_or_window_end(
+        &self,
+        key: &str,
+        decay_seconds: i64,
+        max_attempts: i64,
+    ) -> Result<(IncrementOutcome, Option<i64>), CacheError> {
+        let window = self.window(decay_seconds);
+        if !window.opens() || max_attempts < 1 {
+            let outcome = self
+                .increment_if_below(key, decay_seconds, 1, max_attempts)
+                .await?;
+            return Ok((outcome, None));
+        }
+        let key = cleaned(key);
+        let timer = TimerKey::of(&key);
+        let count = window.count(&key, timer.as_str(), 1, max_attempts);
+        // A store that answers at once (memory) is asked without a future,
+        // and read again only for a refusal.
+        if let Some(outcome) = self.store.increment_in_window_without_waiting(count) {
+            let outcome = outcome?;
+            if outcome.counted {
+                return Ok((outcome, None));
+            }
+            return Ok((outcome, window_end(&*self.store, timer.as_str()).await?));
+        }
+        self.store.increment_in_window_or_window_end(count).await
     }
 
     fn window(&self, decay_seconds: i64) -> Window {

@@ -157,9 +157,16 @@ async fn count(
     request: &Request,
 ) -> Result<Result<i64, HttpResponse>, CacheError> {
     let (key, decay, max) = (&limit.key, limit.decay_seconds, limit.max_attempts);
-    let outcome = limiter.increment_if_below(key, decay, 1, max).await?;
+    let (outcome, window_end) = limiter.take_one_or_window_end(key, decay, max).await?;
     if outcome.counted {
         return Ok(Ok(outcome.count));
+    }
+    if let Some(ends_at) = window_end {
+        // Full, with its window open (Laravel's tooManyAttempts), read in
+        // the count's own step: the refusal needs nothing more.
+        let now = limiter.clock().unix_seconds();
+        let available_in = ends_at.saturating_sub(now).max(0);
+        return Ok(Err(refusal(limit, available_in, now, request)));
     }
     // Full, or a count that outlived its timer (Laravel's tooManyAttempts
     // removes such a count, and so opens a new window): the check tells.

@@ -263,6 +263,33 @@ pub async fn increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling
     assert_eq!(store.get(&text).await.unwrap().as_deref(), Some("abc"));
 }
 
+pub async fn a_window_count_that_does_not_count_reads_the_window_end(store: &dyn Store, p: &str) {
+    let count = async |name: &str, ceiling| {
+        let key = format!("{p}{name}");
+        store
+            .increment_in_window_or_window_end(WindowIncrement {
+                key: &key,
+                timer_key: &format!("{key}:timer"),
+                ends_at: 1_796_202_328,
+                decay_seconds: 60,
+                amount: 1,
+                ceiling,
+            })
+            .await
+            .unwrap()
+    };
+    let outcome = |counted, count| IncrementOutcome { counted, count };
+    assert_eq!(count("e", 1).await, (outcome(true, 1), None));
+    assert_eq!(
+        count("e", 1).await,
+        (outcome(false, 1), Some(1_796_202_328))
+    );
+    // A timer that holds no integer tells no end.
+    let garbled = format!("{p}g:timer");
+    store.put(&garbled, "soon", MINUTE).await.unwrap();
+    assert_eq!(count("g", 0).await, (outcome(false, 0), None));
+}
+
 /// Every check in turn on one store, each under its own prefix.
 pub async fn run_all(store: &dyn Store, p: &str) {
     get_put_and_forget(store, &format!("{p}1:")).await;
@@ -277,6 +304,7 @@ pub async fn run_all(store: &dyn Store, p: &str) {
     keys_are_independent(store, &format!("{p}10:")).await;
     increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling(store, &format!("{p}11:"))
         .await;
+    a_window_count_that_does_not_count_reads_the_window_end(store, &format!("{p}12:")).await;
 }
 
 /// One test per check. `$make` is an async fn returning `(guard, store)`;
@@ -295,6 +323,7 @@ macro_rules! store_conformance_tests {
             ttl_reads_what_is_left,
             keys_are_independent,
             increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling,
+            a_window_count_that_does_not_count_reads_the_window_end,
         );
     };
     (@each $make:ident; $($check:ident),* $(,)?) => {
