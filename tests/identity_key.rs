@@ -272,6 +272,31 @@ async fn a_form_labelled_as_json_still_counts_for_its_mailbox() {
     assert_eq!(route.sent(), 3);
 }
 
+/// A reset form sent as multipart form data names its mailbox too, and
+/// spends the same budget as the urlencoded form.
+#[tokio::test]
+async fn a_multipart_form_counts_for_its_mailbox() {
+    let route = reset_route();
+    let multipart = "--b0und\r\n\
+Content-Disposition: form-data; name=\"email\"\r\n\r\n\
+Victim@Mail.test\r\n\
+--b0und--\r\n";
+    let mut statuses = vec![route.form(&address(0), "victim@mail.test").await];
+    for n in 1..4 {
+        let reply = route
+            .post(
+                &address(n),
+                "/password/reset",
+                "multipart/form-data; boundary=b0und",
+                multipart,
+            )
+            .await;
+        statuses.push(reply.status_code());
+    }
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    assert_eq!(route.sent(), 3);
+}
+
 #[tokio::test]
 async fn spelling_variants_spend_one_budget_through_the_real_server() {
     let route = reset_route();

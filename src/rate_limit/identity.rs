@@ -15,8 +15,9 @@ use crate::keys::sha256_hex;
 ///
 /// The field is read from the query string and, when
 /// [`RateLimitMiddleware::key_reads_body`](super::RateLimitMiddleware::key_reads_body)
-/// has buffered the body, from a form-encoded body or a top-level string
-/// field of a JSON body. Each value is trimmed and lowercased, so
+/// has buffered the body, from a form-encoded body, a text part of a
+/// multipart form, or a top-level string field of a JSON body, whatever the
+/// body's `Content-Type` says. Each value is trimmed and lowercased, so
 /// `Alice@Example.com` and ` alice@example.com ` share a bucket, and hashed
 /// with SHA-256, so a dump of the limiter's keys does not read as a list of
 /// who is resetting a password.
@@ -102,17 +103,68 @@ fn identities(req: &Request, field: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The values of `field` in a form-encoded or JSON body: a body that is a
-/// JSON object is read as JSON, anything else as a form, whatever its
-/// `Content-Type` says. A handler may parse the body either way (many read
-/// a form without looking at the label), so a label must not take the
+/// The values of `field` in a form-encoded, multipart or JSON body: a body
+/// that is a JSON object is read as JSON, one that opens with a multipart
+/// boundary line as multipart form data, anything else as a form, whatever
+/// its `Content-Type` says. A handler may parse the body either way (many
+/// read a form without looking at the label), so a label must not take the
 /// identity out of the count: a form labelled `application/json` is still
 /// read as a form.
 fn body_values(body: &[u8], field: &str) -> Vec<String> {
     if body.is_empty() {
         return Vec::new();
     }
-    json_values(body, field).unwrap_or_else(|| form_values(body, field))
+    json_values(body, field)
+        .or_else(|| multipart_values(body, field))
+        .unwrap_or_else(|| form_values(body, field))
+}
+
+/// The values of the text parts named `field` of a multipart body, found
+/// by its first line, `--<boundary>`; `None` when the body does not open
+/// with one. A file part (one with a `filename`) is not an identity.
+fn multipart_values(body: &[u8], field: &str) -> Option<Vec<String>> {
+    let first_line_ends = body.windows(2).position(|w| w == b"\r\n")?;
+    let boundary = body[..first_line_ends].strip_prefix(b"--")?;
+    let is_boundary_char = |b: &u8| b.is_ascii_alphanumeric() || b"'()+_,-./:=? ".contains(b);
+    if boundary.is_empty() || boundary.len() > 70 || !boundary.iter().all(is_boundary_char) {
+        return None;
+    }
+    let mut delimiter = b"\r\n--".to_vec();
+    delimiter.extend_from_slice(boundary);
+    let wanted = format!("name=\"{field}\"");
+    let mut values = Vec::new();
+    let mut rest = &body[first_line_ends + 2..];
+    loop {
+        let part_ends = find(rest, &delimiter).unwrap_or(rest.len());
+        let part = &rest[..part_ends];
+        if let Some(headers_end) = find(part, b"\r\n\r\n") {
+            let headers = String::from_utf8_lossy(&part[..headers_end]);
+            let named = headers.lines().any(|line| {
+                let lower = line.to_ascii_lowercase();
+                lower.starts_with("content-disposition:")
+                    && line.contains(&wanted)
+                    && !lower.contains("filename")
+            });
+            if named {
+                let value = &part[headers_end + 4..];
+                values.push(String::from_utf8_lossy(value).into_owned());
+            }
+        }
+        if part_ends + delimiter.len() >= rest.len() {
+            break;
+        }
+        rest = &rest[part_ends + delimiter.len()..];
+        if rest.starts_with(b"--") {
+            break;
+        }
+        rest = rest.strip_prefix(b"\r\n").unwrap_or(rest);
+    }
+    Some(values)
+}
+
+/// Where `needle` first starts in `haystack`.
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 fn form_values(body: &[u8], field: &str) -> Vec<String> {
@@ -217,6 +269,26 @@ mod tests {
             vec!["x@y.z"]
         );
         assert_eq!(body_values(b"email=q", "email"), vec!["q"]);
+    }
+
+    #[test]
+    fn multipart_text_parts_are_read_and_files_are_not() {
+        let body = b"--XyZ\r\n\
+Content-Disposition: form-data; name=\"note\"\r\n\r\n\
+hello\r\n\
+--XyZ\r\n\
+Content-Disposition: form-data; name=\"email\"\r\n\r\n\
+Ada@Example.com\r\n\
+--XyZ\r\n\
+Content-Disposition: form-data; name=\"email\"; filename=\"a.txt\"\r\n\
+Content-Type: text/plain\r\n\r\n\
+not an identity\r\n\
+--XyZ--\r\n";
+        assert_eq!(body_values(body, "email"), vec!["Ada@Example.com"]);
+        assert_eq!(body_values(body, "note"), vec!["hello"]);
+        assert!(body_values(body, "password").is_empty());
+        // A form whose first field starts with dashes is still a form.
+        assert_eq!(body_values(b"--x=1&email=q", "email"), vec!["q"]);
     }
 
     #[test]
