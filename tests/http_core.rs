@@ -138,7 +138,7 @@ async fn in_process_routing_answers() {
     )
     .await;
     assert_eq!(wrong_method.status_code(), 405);
-    assert_eq!(wrong_method.header_str("allow"), Some("GET"));
+    assert_eq!(wrong_method.header_str("allow"), Some("GET, HEAD"));
 
     let ip = handle_request_with_peer(&router, get("/ip"), peer).await;
     assert_eq!(ip.body_text(), "192.0.2.1");
@@ -369,7 +369,7 @@ async fn real_server_runs_requests_in_its_container_over_http1_and_http2() {
             .unwrap();
         let refused = server.send_h2(post).await;
         assert_eq!(refused.status, 405);
-        assert_eq!(refused.header("allow"), Some("GET"));
+        assert_eq!(refused.header("allow"), Some("GET, HEAD"));
         server.stop().await;
     })
     .await;

@@ -339,7 +339,16 @@ impl Router {
         if allowed.is_empty() {
             return Err(HttpResponse::text("404 Not Found").status(404));
         }
-        let allow: Vec<&str> = allowed.iter().map(|m| m.as_str()).collect();
+        // A `GET` route answers `HEAD` too, so `Allow` says so.
+        if allowed.contains(&&Method::GET) {
+            allowed.push(&Method::HEAD);
+        }
+        let mut allow: Vec<&str> = Vec::with_capacity(allowed.len());
+        for method in allowed {
+            if !allow.contains(&method.as_str()) {
+                allow.push(method.as_str());
+            }
+        }
         Err(HttpResponse::text("405 Method Not Allowed")
             .status(405)
             .header("Allow", allow.join(", ")))
