@@ -204,6 +204,26 @@ async fn the_cache_facade_installs_a_memory_store_when_none_is_installed() {
         .await;
 }
 
+/// As Laravel's `Repository`: a time to live under a second (0 whole
+/// seconds) makes `put` remove the key and `add` store nothing.
+#[tokio::test]
+async fn the_cache_facade_stores_nothing_for_no_whole_second() {
+    App::new()
+        .scope(async {
+            Cache::put("p", "old", Duration::from_secs(60))
+                .await
+                .unwrap();
+            Cache::put("p", "new", Duration::ZERO).await.unwrap();
+            assert_eq!(Cache::get("p").await.unwrap(), None);
+            for ttl in [Duration::ZERO, Duration::from_millis(500)] {
+                assert!(!Cache::add("a", "v", ttl).await.unwrap(), "{ttl:?}");
+                assert_eq!(Cache::get("a").await.unwrap(), None);
+            }
+            assert!(Cache::add("a", "v", Duration::from_secs(1)).await.unwrap());
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn the_cache_facade_uses_the_installed_store_and_its_clock() {
     let clock = clock_at(8, 0, 0);

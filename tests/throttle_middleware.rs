@@ -318,6 +318,58 @@ async fn the_driver_and_the_throttle_layer_on_one_route() {
         .await;
 }
 
+/// A count left full without its timer (a Laravel application's
+/// `clear` of a key with an apostrophe removes only the timer, and an
+/// evicted timer does the same) is an ended window: the next request opens
+/// a new one, as Laravel's `tooManyAttempts` reads it, rather than being
+/// refused until the count's own time to live runs out, or for ever.
+#[tokio::test]
+async fn a_count_left_full_without_its_timer_opens_a_new_window() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("api", |_req| Limit::per_minute(2).by("k").into());
+            let router = ok_routes(&["/x"]).middleware(ThrottleRequestsMiddleware::by_name("api"));
+            Cache::put("api:k", "2", Duration::from_secs(300))
+                .await
+                .unwrap();
+            let first = get(&router, "/x", GUEST).await;
+            assert_eq!(first.status_code(), 200);
+            assert_eq!(remaining(&first), Some("1"));
+            assert_eq!(attempts("api:k").await, 1);
+            assert_eq!(get(&router, "/x", GUEST).await.status_code(), 200);
+            assert_eq!(get(&router, "/x", GUEST).await.status_code(), 429);
+
+            // A count with no time to live at all.
+            Cache::increment("ip:203.0.113.5:path:/y", 2).await.unwrap();
+            let inline = ok_routes(&["/y"]).middleware(ThrottleRequestsMiddleware::with(2, 1, ""));
+            assert_eq!(get(&inline, "/y", GUEST).await.status_code(), 200);
+            assert_eq!(attempts("ip:203.0.113.5:path:/y").await, 1);
+        })
+        .await;
+}
+
+/// A limit whose window is no time stores nothing and never limits, and
+/// its headers say every place is left, as Laravel's `retriesLeft` reads
+/// the count it never stored.
+#[tokio::test]
+async fn a_window_of_no_time_never_limits_and_reports_every_place_left() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("none", |_req| Limit::per_second(5, 0).by("k").into());
+            let router = ok_routes(&["/d"]).middleware(ThrottleRequestsMiddleware::by_name("none"));
+            for _ in 0..7 {
+                let r = get(&router, "/d", GUEST).await;
+                assert_eq!(r.status_code(), 200);
+                assert_eq!(r.header_str("x-ratelimit-limit"), Some("5"));
+                assert_eq!(remaining(&r), Some("5"));
+            }
+            assert_eq!(attempts("none:k").await, 0);
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn by_name_counts_under_the_name_and_each_limit_key() {
     let clock = clock_at(12, 0, 0);

@@ -52,13 +52,24 @@ impl Cache {
         Self::store().has(key).await
     }
 
-    /// See [`Store::put`].
+    /// See [`Store::put`]. A time to live under one second, which Laravel's
+    /// `Repository` reads as 0 whole seconds, stores nothing and removes
+    /// what was under `key`, as Laravel's `Cache::put` does.
     pub async fn put(key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
-        Self::store().put(key, value, ttl).await
+        let store = Self::store();
+        if ttl.as_secs() == 0 {
+            store.forget(key).await?;
+            return Ok(());
+        }
+        store.put(key, value, ttl).await
     }
 
-    /// See [`Store::add`].
+    /// See [`Store::add`]. A time to live under one second stores nothing
+    /// and returns `false`, as Laravel's `Cache::add` does.
     pub async fn add(key: &str, value: &str, ttl: Duration) -> Result<bool, CacheError> {
+        if ttl.as_secs() == 0 {
+            return Ok(false);
+        }
         Self::store().add(key, value, ttl).await
     }
 

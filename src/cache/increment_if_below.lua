@@ -8,7 +8,9 @@
 --          first, only when it is missing (SET NX), with ARGV[4] as its value
 --          and ARGV[1] as its time to live: a rate-limit window opened and
 --          counted in one step, on one node (a cluster keeps the two keys in
---          different slots and sends the timer's SET on its own)
+--          different slots and sends the timer's SET on its own). A counter
+--          found full by the call that opens the timer is a leftover of an
+--          ended window, and is reset before the count
 -- ARGV[1]  the time to live, in whole seconds (at least 1), that a counter
 --          without one gets when it counts (a new counter, or one that
 --          INCRBY created without a time to live)
@@ -27,8 +29,9 @@
 --
 -- Counts are compared as Lua numbers (doubles): exact up to 2^53, far beyond
 -- any rate-limit count; a ceiling of 2^63 - 1 means "no ceiling".
+local opened = false
 if KEYS[2] then
-    redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[1], 'NX')
+    opened = redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[1], 'NX')
 end
 local current = redis.call('GET', KEYS[1])
 local count = 0
@@ -41,7 +44,15 @@ if current then
     count = tonumber(current)
 end
 local amount = tonumber(ARGV[2])
-if count + amount > tonumber(ARGV[3]) then
+local ceiling = tonumber(ARGV[3])
+if opened and current and count + amount > ceiling and amount <= ceiling then
+    -- A counter left full by a window whose timer is gone (evicted, or
+    -- removed alone): that window has ended, as Laravel's tooManyAttempts
+    -- reads it, and the call that opens the next one counts anew.
+    redis.call('DEL', KEYS[1])
+    count = 0
+end
+if count + amount > ceiling then
     if KEYS[2] then
         local ends = redis.call('GET', KEYS[2])
         if not (ends and string.match(ends, '^-?%d+$')) then

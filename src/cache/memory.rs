@@ -193,13 +193,28 @@ impl MemoryStore {
     /// the timer kept as the number it is.
     fn count_in_window(&self, count: WindowIncrement<'_>) -> Result<IncrementOutcome, CacheError> {
         let now = self.now_swept();
-        Self::add_locked(
+        let opened = Self::add_locked(
             &mut self.live(count.timer_key, now),
             || Value::Integer(count.ends_at),
             now,
             count.ttl(),
         );
         let mut counter = self.live(count.key, now);
+        if opened && count.amount <= count.ceiling {
+            // A counter left full by a window whose timer is gone: the
+            // window it counted has ended, as Laravel's tooManyAttempts
+            // reads it, and the call that opens the next one counts anew.
+            let left_full = match counter.get() {
+                Some(entry) => {
+                    let current = entry.value.integer(count.key)?;
+                    !IncrementOutcome::decide(current, count.amount, count.ceiling).counted
+                }
+                None => false,
+            };
+            if left_full {
+                counter.remove();
+            }
+        }
         Self::count_below(
             &mut counter,
             count.key,

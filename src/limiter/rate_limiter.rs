@@ -358,7 +358,17 @@ impl CacheRateLimiter {
         max_attempts: i64,
     ) -> Result<(IncrementOutcome, Option<i64>), CacheError> {
         let window = self.window(decay_seconds);
-        if !window.opens() || max_attempts < 1 {
+        if !window.opens() && max_attempts >= 1 {
+            // A window of no time stores nothing and never limits; the count
+            // it reports is the one left in the store, none, as Laravel's
+            // `retriesLeft` reads it for the headers.
+            let outcome = IncrementOutcome {
+                counted: true,
+                count: 0,
+            };
+            return Ok((outcome, None));
+        }
+        if max_attempts < 1 {
             let outcome = self
                 .increment_if_below(key, decay_seconds, 1, max_attempts)
                 .await?;

@@ -168,8 +168,9 @@ async fn count(
         let available_in = ends_at.saturating_sub(now).max(0);
         return Ok(Err(refusal(limit, available_in, now, request)));
     }
-    // Full, or a count that outlived its timer (Laravel's tooManyAttempts
-    // removes such a count, and so opens a new window): the check tells.
+    // No window end came with the count (a timer that holds no integer, or
+    // a limit that admits nothing): Laravel's tooManyAttempts tells, and
+    // removes a count whose timer is gone, which opens a new window.
     if let Some(refused) = refusal_if_full(limiter, limit, request).await? {
         return Ok(Err(refused));
     }

@@ -290,6 +290,62 @@ pub async fn a_window_count_that_does_not_count_reads_the_window_end(store: &dyn
     assert_eq!(count("g", 0).await, (outcome(false, 0), None));
 }
 
+/// A counter left full without its timer (the timer expired or was removed
+/// alone) belongs to an ended window: the count that opens the next window
+/// resets it and counts from 0, as Laravel's `tooManyAttempts` resets it. A
+/// counter under its ceiling is counted on, and one whose timer is there
+/// still refuses.
+pub async fn a_window_count_resets_a_counter_left_full_without_its_timer(
+    store: &dyn Store,
+    p: &str,
+) {
+    let count = async |name: &str| {
+        let key = format!("{p}{name}");
+        store
+            .increment_in_window(WindowIncrement {
+                key: &key,
+                timer_key: &format!("{key}:timer"),
+                ends_at: 1_796_202_328,
+                decay_seconds: 60,
+                amount: 1,
+                ceiling: 2,
+            })
+            .await
+            .unwrap()
+    };
+    let outcome = |counted, count| IncrementOutcome { counted, count };
+    // Full, with a time to live of its own, and full with none at all.
+    let (full, forever) = (format!("{p}full"), format!("{p}forever"));
+    store
+        .put(&full, "2", Duration::from_secs(300))
+        .await
+        .unwrap();
+    store.increment(&forever, 2).await.unwrap();
+    for (key, name) in [(&full, "full"), (&forever, "forever")] {
+        assert_eq!(count(name).await, outcome(true, 1), "{name}");
+        assert_eq!(store.get(key).await.unwrap().as_deref(), Some("1"));
+        let ttl = store
+            .ttl(key)
+            .await
+            .unwrap()
+            .expect("a new window's time to live");
+        assert!(
+            ttl <= MINUTE && ttl > Duration::from_secs(55),
+            "{name}: {ttl:?}"
+        );
+        // The window is open now: the next counts, the one after refuses.
+        assert_eq!(count(name).await, outcome(true, 2), "{name}");
+        assert_eq!(count(name).await, outcome(false, 2), "{name}");
+    }
+    // Under its ceiling, counted on.
+    let under = format!("{p}under");
+    store
+        .put(&under, "1", Duration::from_secs(300))
+        .await
+        .unwrap();
+    assert_eq!(count("under").await, outcome(true, 2));
+}
+
 /// Every check in turn on one store, each under its own prefix.
 pub async fn run_all(store: &dyn Store, p: &str) {
     get_put_and_forget(store, &format!("{p}1:")).await;
@@ -305,6 +361,7 @@ pub async fn run_all(store: &dyn Store, p: &str) {
     increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling(store, &format!("{p}11:"))
         .await;
     a_window_count_that_does_not_count_reads_the_window_end(store, &format!("{p}12:")).await;
+    a_window_count_resets_a_counter_left_full_without_its_timer(store, &format!("{p}13:")).await;
 }
 
 /// One test per check. `$make` is an async fn returning `(guard, store)`;
@@ -324,6 +381,7 @@ macro_rules! store_conformance_tests {
             keys_are_independent,
             increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling,
             a_window_count_that_does_not_count_reads_the_window_end,
+            a_window_count_resets_a_counter_left_full_without_its_timer,
         );
     };
     (@each $make:ident; $($check:ident),* $(,)?) => {
