@@ -57,7 +57,9 @@ pub struct BootPlan {
 impl BootPlan {
     /// Reads `APP_ENV`, `RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION`,
     /// `RATE_LIMIT_DRIVER` (and the `RATE_LIMIT_REDIS_*` variables when it is
-    /// `redis`) and `APP_TRUSTED_PROXIES`, in that order, and returns the
+    /// `redis`), `APP_TRUSTED_PROXIES`, then the cache store's variables
+    /// (`CACHE_STORE`, the prefixes, and for a Redis cache its URL and the
+    /// two `RATE_LIMIT_REDIS_*_MS` timeouts), in that order, and returns the
     /// first refusal.
     ///
     /// In production a setting that resolves to the in-memory limiter (unset,
