@@ -64,6 +64,12 @@ struct Entry {
 #[derive(Debug, Clone)]
 enum Value {
     Integer(i64),
+    /// A counter a rate-limit window counted, with the end of the newest
+    /// window that counted in it (its timer's value).
+    WindowCount {
+        count: i64,
+        window_ends_at: i64,
+    },
     Text(String),
 }
 
@@ -80,15 +86,36 @@ impl Value {
 
     fn to_text(&self) -> String {
         match self {
-            Value::Integer(n) => n.to_string(),
+            Value::Integer(n) | Value::WindowCount { count: n, .. } => n.to_string(),
             Value::Text(text) => text.clone(),
         }
     }
 
     fn integer(&self, key: &str) -> Result<i64, CacheError> {
         match self {
-            Value::Integer(n) => Ok(*n),
+            Value::Integer(n) | Value::WindowCount { count: n, .. } => Ok(*n),
             Value::Text(text) => parse_integer(key, text),
+        }
+    }
+
+    /// The end of the newest window that counted in this counter; `None`
+    /// for a value no window counted.
+    fn window_ends_at(&self) -> Option<i64> {
+        match self {
+            Value::WindowCount { window_ends_at, .. } => Some(*window_ends_at),
+            _ => None,
+        }
+    }
+
+    /// `count`, counted by the window that ends at `window_ends_at` (when
+    /// one did) in a counter that held `self`.
+    fn counted(&self, count: i64, window_ends_at: Option<i64>) -> Value {
+        match window_ends_at {
+            Some(ends) => Value::WindowCount {
+                count,
+                window_ends_at: self.window_ends_at().map_or(ends, |held| held.max(ends)),
+            },
+            None => Value::Integer(count),
         }
     }
 }
@@ -191,23 +218,37 @@ impl MemoryStore {
 
     /// [`Store::increment_in_window`]: one clock read for both entries, and
     /// the timer kept as the number it is.
+    ///
+    /// The two keys are locked one after the other, so a counter found
+    /// full when the timer was just opened may have been filled in the new
+    /// window meanwhile. Each counter therefore records the end of the
+    /// newest window that counted in it: one left full by an older window,
+    /// or by no window at all (written by `put` or `increment`), is reset,
+    /// as Laravel's `tooManyAttempts` resets a count whose timer is gone,
+    /// and one the current window filled is not.
     fn count_in_window(&self, count: WindowIncrement<'_>) -> Result<IncrementOutcome, CacheError> {
         let now = self.now_swept();
-        let opened = Self::add_locked(
-            &mut self.live(count.timer_key, now),
-            || Value::Integer(count.ends_at),
-            now,
-            count.ttl(),
-        );
+        let window_ends_at = {
+            let mut timer = self.live(count.timer_key, now);
+            Self::add_locked(
+                &mut timer,
+                || Value::Integer(count.ends_at),
+                now,
+                count.ttl(),
+            );
+            timer
+                .get()
+                .and_then(|entry| entry.value.integer(count.timer_key).ok())
+        };
         let mut counter = self.live(count.key, now);
-        if opened && count.amount <= count.ceiling {
-            // A counter left full by a window whose timer is gone: the
-            // window it counted has ended, as Laravel's tooManyAttempts
-            // reads it, and the call that opens the next one counts anew.
+        if let Some(window) = window_ends_at
+            && count.amount <= count.ceiling
+        {
             let left_full = match counter.get() {
                 Some(entry) => {
+                    let older = entry.value.window_ends_at().is_none_or(|w| w < window);
                     let current = entry.value.integer(count.key)?;
-                    !IncrementOutcome::decide(current, count.amount, count.ceiling).counted
+                    older && !IncrementOutcome::decide(current, count.amount, count.ceiling).counted
                 }
                 None => false,
             };
@@ -222,10 +263,13 @@ impl MemoryStore {
             count.decay_seconds,
             count.amount,
             count.ceiling,
+            window_ends_at,
         )
     }
 
     /// [`Store::increment_if_below`] on the locked live entry of `key`.
+    /// A count made in a window (`window_ends_at`, its timer's value) is
+    /// recorded with it.
     fn count_below(
         shard: &mut Locked<'_, '_, Entry>,
         key: &str,
@@ -233,6 +277,7 @@ impl MemoryStore {
         decay_seconds: i64,
         amount: i64,
         ceiling: i64,
+        window_ends_at: Option<i64>,
     ) -> Result<IncrementOutcome, CacheError> {
         let current = match shard.get() {
             Some(entry) => entry.value.integer(key)?,
@@ -244,14 +289,14 @@ impl MemoryStore {
             // Look up before inserting: only a new key allocates.
             match shard.get_mut() {
                 Some(entry) => {
-                    entry.value = Value::Integer(outcome.count);
+                    entry.value = entry.value.counted(outcome.count, window_ends_at);
                     if entry.expires_at.is_none() {
                         entry.expires_at = Self::expiry(now, decay);
                     }
                 }
                 None => {
                     let entry = Entry {
-                        value: Value::Integer(outcome.count),
+                        value: Value::Integer(0).counted(outcome.count, window_ends_at),
                         expires_at: Self::expiry(now, decay),
                     };
                     shard.insert(entry);
@@ -316,7 +361,7 @@ impl Store for MemoryStore {
                     key: key.to_owned(),
                 })?;
             match shard.get_mut() {
-                Some(entry) => entry.value = Value::Integer(next),
+                Some(entry) => entry.value = entry.value.counted(next, None),
                 None => {
                     let entry = Entry {
                         value: Value::Integer(next),
@@ -337,7 +382,7 @@ impl Store for MemoryStore {
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError> {
         self.with_entry(key, |shard, now| {
-            Self::count_below(shard, key, now, decay_seconds, amount, ceiling)
+            Self::count_below(shard, key, now, decay_seconds, amount, ceiling, None)
         })
     }
 
@@ -384,6 +429,53 @@ mod tests {
     use super::*;
     use crate::clock::FakeClock;
     use crate::limiter::CacheRateLimiter;
+
+    /// The timer and the counter are locked one after the other: a counter
+    /// the current window filled (its timer's value recorded in it) is kept
+    /// by a call that finds the timer gone and writes the same window again,
+    /// and one an older window left full is reset.
+    #[tokio::test]
+    async fn only_a_counter_an_older_window_left_full_is_reset() {
+        let store = MemoryStore::with_clock(FakeClock::at_unix(1_000).shared());
+        let count = |ends_at| WindowIncrement {
+            key: "c",
+            timer_key: "c:timer",
+            ends_at,
+            decay_seconds: 60,
+            amount: 1,
+            ceiling: 2,
+        };
+        let outcome = |counted, count| IncrementOutcome { counted, count };
+        assert_eq!(
+            store.count_in_window(count(1_060)).unwrap(),
+            outcome(true, 1)
+        );
+        assert_eq!(
+            store.count_in_window(count(1_060)).unwrap(),
+            outcome(true, 2)
+        );
+        // Filled in the window that ends at 1,060: kept.
+        assert!(store.forget("c:timer").await.unwrap());
+        assert_eq!(
+            store.count_in_window(count(1_060)).unwrap(),
+            outcome(false, 2)
+        );
+        // Left full by that window, found by the next one: reset.
+        assert!(store.forget("c:timer").await.unwrap());
+        assert_eq!(
+            store.count_in_window(count(1_061)).unwrap(),
+            outcome(true, 1)
+        );
+        // Written by a plain increment, counted by no window: reset.
+        store.put("d", "2", Duration::from_secs(300)).await.unwrap();
+        let plain = WindowIncrement {
+            key: "d",
+            timer_key: "d:timer",
+            ..count(1_060)
+        };
+        assert_eq!(store.count_in_window(plain).unwrap(), outcome(true, 1));
+        assert_eq!(store.get("d").await.unwrap().as_deref(), Some("1"));
+    }
 
     #[tokio::test]
     async fn values_come_back_as_they_were_put_and_integers_count() {

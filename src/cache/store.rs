@@ -96,10 +96,18 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// `ends_at` under `timer_key` for `decay_seconds` (at least 1), then
     /// [`increment_if_below`](Store::increment_if_below) of `key` (the
     /// fields of [`WindowIncrement`]). The timer is written before the
-    /// counter, so no counter exists without its timer. A counter the call
-    /// finds full when it opens the timer is a leftover of an ended window
-    /// (its timer expired or was removed alone): it is reset, as Laravel's
-    /// `tooManyAttempts` resets it, and the call counts from 0.
+    /// counter, so no counter exists without its timer.
+    ///
+    /// A counter found full by the call that opens the timer may be a
+    /// leftover of an ended window (its timer expired or was removed alone),
+    /// which Laravel's `tooManyAttempts` resets. A store that can tell it
+    /// from a counter the new window filled resets it and counts from 0:
+    /// the Redis store on one node (its script reads both keys in one
+    /// step) and the memory store (each counter records the newest window
+    /// that counted in it). One that cannot (the provided method, a
+    /// cluster, where the two keys are read apart) must not: between its
+    /// opening of the timer and its read of the counter, the counter may
+    /// have been filled in the new window.
     ///
     /// The provided method starts both calls at once, the timer's first: on
     /// one multiplexed connection they travel in one round trip and a
@@ -182,20 +190,11 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     count: WindowIncrement<'_>,
 ) -> Result<IncrementOutcome, CacheError> {
     let ends_at = count.ends_at.to_string();
-    let (opened, outcome) = futures_util::future::try_join(
+    let (_, outcome) = futures_util::future::try_join(
         store.add(count.timer_key, &ends_at, count.ttl()),
         store.increment_if_below(count.key, count.decay_seconds, count.amount, count.ceiling),
     )
     .await?;
-    if opened && !outcome.counted && count.amount <= count.ceiling {
-        // A counter left full by a window whose timer is gone: that window
-        // has ended (Laravel's tooManyAttempts resets such a count), and
-        // the call that opened the next one counts anew.
-        store.forget(count.key).await?;
-        return store
-            .increment_if_below(count.key, count.decay_seconds, count.amount, count.ceiling)
-            .await;
-    }
     Ok(outcome)
 }
 
