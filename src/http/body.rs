@@ -47,10 +47,11 @@ impl From<BodyError> for HttpResponse {
 }
 
 pub(crate) enum BodyState {
-    /// Not read to its end: the bytes a reader over its cap already took
-    /// (none yet, for a body nobody has read), and the rest, still on the
-    /// connection.
-    Streaming {
+    /// Not read yet: the body, still on the connection.
+    Streaming(BoxBody<Bytes, BoxError>),
+    /// Found over a reader's cap as it arrived: the bytes read, and the
+    /// rest, still on the connection, for a reader with a larger cap.
+    Partial {
         read: BytesMut,
         rest: BoxBody<Bytes, BoxError>,
     },
@@ -63,14 +64,6 @@ impl BodyState {
         BodyState::Buffered(Bytes::new())
     }
 
-    /// A body still on the connection, not read at all.
-    pub(crate) fn streaming(body: BoxBody<Bytes, BoxError>) -> Self {
-        BodyState::Streaming {
-            read: BytesMut::new(),
-            rest: body,
-        }
-    }
-
     /// Reads the whole body, refusing more than `limit` bytes. A body that
     /// announces a larger `Content-Length` is refused before a byte is read.
     /// A body found over the cap as it arrives keeps what was read, so a
@@ -80,38 +73,47 @@ impl BodyState {
         limit: usize,
         content_length: Option<u64>,
     ) -> Result<Bytes, BodyError> {
-        match self {
-            BodyState::Buffered(bytes) if bytes.len() > limit => Err(BodyError::TooLarge { limit }),
-            BodyState::Buffered(bytes) => Ok(bytes.clone()),
-            BodyState::Consumed => Err(BodyError::Consumed),
-            BodyState::Streaming { read, .. } => {
-                if content_length.is_some_and(|n| n > limit as u64) || read.len() > limit {
+        let (mut buf, mut body) = match std::mem::replace(self, BodyState::Consumed) {
+            BodyState::Buffered(bytes) => {
+                let answer = if bytes.len() > limit {
+                    Err(BodyError::TooLarge { limit })
+                } else {
+                    Ok(bytes.clone())
+                };
+                *self = BodyState::Buffered(bytes);
+                return answer;
+            }
+            BodyState::Consumed => return Err(BodyError::Consumed),
+            BodyState::Streaming(body) => {
+                if content_length.is_some_and(|n| n > limit as u64) {
+                    *self = BodyState::Streaming(body);
                     return Err(BodyError::TooLarge { limit });
                 }
-                let BodyState::Streaming {
-                    read: mut buf,
-                    rest: mut body,
-                } = std::mem::replace(self, BodyState::Consumed)
-                else {
-                    unreachable!("matched Streaming above")
-                };
-                while let Some(frame) = body.frame().await {
-                    let frame = frame.map_err(BodyError::Read)?;
-                    if let Ok(data) = frame.into_data() {
-                        buf.extend_from_slice(&data);
-                        if buf.len() > limit {
-                            *self = BodyState::Streaming {
-                                read: buf,
-                                rest: body,
-                            };
-                            return Err(BodyError::TooLarge { limit });
-                        }
-                    }
+                (BytesMut::new(), body)
+            }
+            BodyState::Partial { read, rest } => {
+                if content_length.is_some_and(|n| n > limit as u64) || read.len() > limit {
+                    *self = BodyState::Partial { read, rest };
+                    return Err(BodyError::TooLarge { limit });
                 }
-                let bytes = buf.freeze();
-                *self = BodyState::Buffered(bytes.clone());
-                Ok(bytes)
+                (read, rest)
+            }
+        };
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(BodyError::Read)?;
+            if let Ok(data) = frame.into_data() {
+                buf.extend_from_slice(&data);
+                if buf.len() > limit {
+                    *self = BodyState::Partial {
+                        read: buf,
+                        rest: body,
+                    };
+                    return Err(BodyError::TooLarge { limit });
+                }
             }
         }
+        let bytes = buf.freeze();
+        *self = BodyState::Buffered(bytes.clone());
+        Ok(bytes)
     }
 }

@@ -71,7 +71,7 @@ impl Request {
         let body = if body.is_end_stream() {
             BodyState::empty()
         } else {
-            BodyState::streaming(body.map_err(Into::into).boxed())
+            BodyState::Streaming(body.map_err(Into::into).boxed())
         };
         Self {
             parts: Box::new(parts),
