@@ -50,11 +50,10 @@ pub(crate) enum BodyState {
     /// Not read yet: the body, still on the connection.
     Streaming(BoxBody<Bytes, BoxError>),
     /// Found over a reader's cap as it arrived: the bytes read, and the
-    /// rest, still on the connection, for a reader with a larger cap.
-    Partial {
-        read: BytesMut,
-        rest: BoxBody<Bytes, BoxError>,
-    },
+    /// rest, still on the connection, for a reader with a larger cap. Boxed,
+    /// so that every request, which moves its body state with it, carries
+    /// no more than a body not yet read.
+    Partial(Box<(BytesMut, BoxBody<Bytes, BoxError>)>),
     Buffered(Bytes),
     Consumed,
 }
@@ -91,12 +90,12 @@ impl BodyState {
                 }
                 (BytesMut::new(), body)
             }
-            BodyState::Partial { read, rest } => {
-                if content_length.is_some_and(|n| n > limit as u64) || read.len() > limit {
-                    *self = BodyState::Partial { read, rest };
+            BodyState::Partial(partial) => {
+                if content_length.is_some_and(|n| n > limit as u64) || partial.0.len() > limit {
+                    *self = BodyState::Partial(partial);
                     return Err(BodyError::TooLarge { limit });
                 }
-                (read, rest)
+                *partial
             }
         };
         while let Some(frame) = body.frame().await {
@@ -104,10 +103,7 @@ impl BodyState {
             if let Ok(data) = frame.into_data() {
                 buf.extend_from_slice(&data);
                 if buf.len() > limit {
-                    *self = BodyState::Partial {
-                        read: buf,
-                        rest: body,
-                    };
+                    *self = BodyState::Partial(Box::new((buf, body)));
                     return Err(BodyError::TooLarge { limit });
                 }
             }
