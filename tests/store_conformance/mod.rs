@@ -290,6 +290,23 @@ pub async fn a_window_count_that_does_not_count_reads_the_window_end(store: &dyn
     assert_eq!(count("g", 0).await, (outcome(false, 0), None));
 }
 
+/// One hit on `key` (its timer `<key>:timer`) in a window of 60 s that
+/// ends at 1,796,202,328, up to `ceiling`.
+async fn one_hit(store: &dyn Store, key: &str, ceiling: i64) -> IncrementOutcome {
+    let timer = format!("{key}:timer");
+    store
+        .increment_in_window(WindowIncrement {
+            key,
+            timer_key: &timer,
+            ends_at: 1_796_202_328,
+            decay_seconds: 60,
+            amount: 1,
+            ceiling,
+        })
+        .await
+        .unwrap()
+}
+
 /// A counter left full without its timer (the timer expired or was removed
 /// alone) belongs to an ended window: the count that opens the next window
 /// resets it and counts from 0, as Laravel's `tooManyAttempts` resets it. A
@@ -299,20 +316,7 @@ pub async fn a_window_count_resets_a_counter_left_full_without_its_timer(
     store: &dyn Store,
     p: &str,
 ) {
-    let count = async |name: &str| {
-        let key = format!("{p}{name}");
-        store
-            .increment_in_window(WindowIncrement {
-                key: &key,
-                timer_key: &format!("{key}:timer"),
-                ends_at: 1_796_202_328,
-                decay_seconds: 60,
-                amount: 1,
-                ceiling: 2,
-            })
-            .await
-            .unwrap()
-    };
+    let count = async |name: &str| one_hit(store, &format!("{p}{name}"), 2).await;
     let outcome = |counted, count| IncrementOutcome { counted, count };
     // Full, with a time to live of its own, and full with none at all.
     let (full, forever) = (format!("{p}full"), format!("{p}forever"));
@@ -356,17 +360,7 @@ pub async fn a_window_count_apart_keeps_a_counter_left_full(store: &dyn Store, p
         .put(&key, "2", Duration::from_secs(300))
         .await
         .unwrap();
-    let outcome = store
-        .increment_in_window(WindowIncrement {
-            key: &key,
-            timer_key: &format!("{key}:timer"),
-            ends_at: 1_796_202_328,
-            decay_seconds: 60,
-            amount: 1,
-            ceiling: 2,
-        })
-        .await
-        .unwrap();
+    let outcome = one_hit(store, &key, 2).await;
     assert_eq!(
         outcome,
         IncrementOutcome {
