@@ -244,13 +244,15 @@ impl MemoryStore {
         if let Some(window) = window_ends_at
             && count.amount <= count.ceiling
         {
+            // A counter this window counted in (every call's but the first
+            // of a window) is not looked at further: whether it is full is
+            // the count's own business, below.
             let left_full = match counter.get() {
-                Some(entry) => {
-                    let older = entry.value.window_ends_at().is_none_or(|w| w < window);
+                Some(entry) if entry.value.window_ends_at().is_none_or(|w| w < window) => {
                     let current = entry.value.integer(count.key)?;
-                    older && !IncrementOutcome::decide(current, count.amount, count.ceiling).counted
+                    !IncrementOutcome::decide(current, count.amount, count.ceiling).counted
                 }
-                None => false,
+                _ => false,
             };
             if left_full {
                 counter.remove();
