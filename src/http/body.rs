@@ -72,30 +72,26 @@ impl BodyState {
         limit: usize,
         content_length: Option<u64>,
     ) -> Result<Bytes, BodyError> {
-        let (mut buf, mut body) = match std::mem::replace(self, BodyState::Consumed) {
-            BodyState::Buffered(bytes) => {
-                let answer = if bytes.len() > limit {
-                    Err(BodyError::TooLarge { limit })
-                } else {
-                    Ok(bytes.clone())
-                };
-                *self = BodyState::Buffered(bytes);
-                return answer;
+        let announced_over = content_length.is_some_and(|n| n > limit as u64);
+        match self {
+            BodyState::Buffered(bytes) if bytes.len() > limit => {
+                return Err(BodyError::TooLarge { limit });
             }
+            BodyState::Buffered(bytes) => return Ok(bytes.clone()),
             BodyState::Consumed => return Err(BodyError::Consumed),
-            BodyState::Streaming(body) => {
-                if content_length.is_some_and(|n| n > limit as u64) {
-                    *self = BodyState::Streaming(body);
-                    return Err(BodyError::TooLarge { limit });
-                }
-                (BytesMut::new(), body)
+            BodyState::Streaming(_) if announced_over => {
+                return Err(BodyError::TooLarge { limit });
             }
-            BodyState::Partial(partial) => {
-                if content_length.is_some_and(|n| n > limit as u64) || partial.0.len() > limit {
-                    *self = BodyState::Partial(partial);
-                    return Err(BodyError::TooLarge { limit });
-                }
-                *partial
+            BodyState::Partial(partial) if announced_over || partial.0.len() > limit => {
+                return Err(BodyError::TooLarge { limit });
+            }
+            BodyState::Streaming(_) | BodyState::Partial(_) => {}
+        }
+        let (mut buf, mut body) = match std::mem::replace(self, BodyState::Consumed) {
+            BodyState::Streaming(body) => (BytesMut::new(), body),
+            BodyState::Partial(partial) => *partial,
+            BodyState::Buffered(_) | BodyState::Consumed => {
+                unreachable!("a body already read answered above")
             }
         };
         while let Some(frame) = body.frame().await {
