@@ -263,20 +263,31 @@ pub async fn increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling
     assert_eq!(store.get(&text).await.unwrap().as_deref(), Some("abc"));
 }
 
+/// One hit on `key` with its timer `timer`, in a window of 60 s that ends
+/// at 1,796,202,328, up to `ceiling`.
+fn one_hit_of<'a>(key: &'a str, timer: &'a str, ceiling: i64) -> WindowIncrement<'a> {
+    WindowIncrement {
+        key,
+        timer_key: timer,
+        ends_at: 1_796_202_328,
+        decay_seconds: 60,
+        amount: 1,
+        ceiling,
+    }
+}
+
+/// [`one_hit_of`] `key`, its timer `<key>:timer`, counted.
+async fn one_hit(store: &dyn Store, key: &str, ceiling: i64) -> IncrementOutcome {
+    let timer = format!("{key}:timer");
+    let hit = one_hit_of(key, &timer, ceiling);
+    store.increment_in_window(hit).await.unwrap()
+}
+
 pub async fn a_window_count_that_does_not_count_reads_the_window_end(store: &dyn Store, p: &str) {
     let count = async |name: &str, ceiling| {
-        let key = format!("{p}{name}");
-        store
-            .increment_in_window_or_window_end(WindowIncrement {
-                key: &key,
-                timer_key: &format!("{key}:timer"),
-                ends_at: 1_796_202_328,
-                decay_seconds: 60,
-                amount: 1,
-                ceiling,
-            })
-            .await
-            .unwrap()
+        let (key, timer) = (format!("{p}{name}"), format!("{p}{name}:timer"));
+        let hit = one_hit_of(&key, &timer, ceiling);
+        store.increment_in_window_or_window_end(hit).await.unwrap()
     };
     let outcome = |counted, count| IncrementOutcome { counted, count };
     assert_eq!(count("e", 1).await, (outcome(true, 1), None));
@@ -288,23 +299,6 @@ pub async fn a_window_count_that_does_not_count_reads_the_window_end(store: &dyn
     let garbled = format!("{p}g:timer");
     store.put(&garbled, "soon", MINUTE).await.unwrap();
     assert_eq!(count("g", 0).await, (outcome(false, 0), None));
-}
-
-/// One hit on `key` (its timer `<key>:timer`) in a window of 60 s that
-/// ends at 1,796,202,328, up to `ceiling`.
-async fn one_hit(store: &dyn Store, key: &str, ceiling: i64) -> IncrementOutcome {
-    let timer = format!("{key}:timer");
-    store
-        .increment_in_window(WindowIncrement {
-            key,
-            timer_key: &timer,
-            ends_at: 1_796_202_328,
-            decay_seconds: 60,
-            amount: 1,
-            ceiling,
-        })
-        .await
-        .unwrap()
 }
 
 /// A counter left full without its timer (the timer expired or was removed
