@@ -123,7 +123,7 @@ fn body_values(body: &[u8], field: &str) -> Vec<String> {
 /// by its first line, `--<boundary>`; `None` when the body does not open
 /// with one. A file part (one with a `filename`) is not an identity.
 fn multipart_values(body: &[u8], field: &str) -> Option<Vec<String>> {
-    let first_line_ends = body.windows(2).position(|w| w == b"\r\n")?;
+    let first_line_ends = find(body, b"\r\n")?;
     let boundary = body[..first_line_ends].strip_prefix(b"--")?;
     let is_boundary_char = |b: &u8| b.is_ascii_alphanumeric() || b"'()+_,-./:=? ".contains(b);
     if boundary.is_empty() || boundary.len() > 70 || !boundary.iter().all(is_boundary_char) {
