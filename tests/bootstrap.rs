@@ -467,6 +467,84 @@ fn a_junk_proxy_entry_is_refused_naming_the_entry() {
     }
 }
 
+// ---- values that are not UTF-8 ----------------------------------------------
+
+const NOT_UTF8: &str =
+    "it holds bytes that are not UTF-8 (each shown as \u{FFFD}); write the value in UTF-8";
+
+#[test]
+fn a_value_that_is_not_utf8_is_refused_naming_its_variable() {
+    // Each byte outside UTF-8 of the process environment reads as U+FFFD.
+    let cases = [
+        ("APP_ENV", "staging\u{FFFD}"),
+        ("RATE_LIMIT_DRIVER", "redis\u{FFFD}"),
+        ("APP_TRUSTED_PROXIES", "10.0.0.5,\u{FFFD}192.0.2.10"),
+        ("RATE_LIMIT_REDIS_URL", "redis://127.0.0.1:6379/\u{FFFD}"),
+        ("RATE_LIMIT_REDIS_PREFIX", "app\u{FFFD}:"),
+        ("RATE_LIMIT_REDIS_TIMEOUT_MS", "25\u{FFFD}"),
+        ("CACHE_STORE", "redis\u{FFFD}"),
+        ("CACHE_PREFIX", "app\u{FFFD}"),
+    ];
+    for (variable, value) in cases {
+        let mut pairs = vec![
+            ("APP_ENV", "staging"),
+            ("RATE_LIMIT_DRIVER", "redis"),
+            ("RATE_LIMIT_REDIS_URL", "redis://127.0.0.1:6379"),
+        ];
+        pairs.retain(|(name, _)| *name != variable);
+        pairs.push((variable, value));
+        assert_eq!(
+            refusal(&pairs),
+            format!("{variable}={value:?} is invalid: {NOT_UTF8}")
+        );
+    }
+    let password = [
+        ("APP_ENV", "staging"),
+        ("CACHE_STORE", "redis"),
+        ("REDIS_PASSWORD", "s3cr\u{FFFD}t"),
+    ];
+    assert_eq!(
+        refusal(&password),
+        format!("REDIS_PASSWORD=\"(hidden)\" is invalid: {NOT_UTF8}")
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_process_variable_that_is_not_utf8_refuses_boot_rather_than_read_as_unset() {
+    use std::os::unix::ffi::OsStrExt;
+    const CHILD: &str = "SUPRNOVA_TEST_CHILD";
+    let name = "a_process_variable_that_is_not_utf8_refuses_boot_rather_than_read_as_unset";
+    if std::env::var_os(CHILD).is_some() {
+        let refused = BootPlan::from_env(&Env::process()).unwrap_err().to_string();
+        assert_eq!(
+            refused,
+            format!("APP_TRUSTED_PROXIES=\"10.0.0.5,\u{FFFD}192.0.2.10\" is invalid: {NOT_UTF8}")
+        );
+        return;
+    }
+    // This test again, in a process of its own whose environment holds the
+    // byte 0xA0 (a no-break space in Latin-1).
+    let run = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--test-threads=1"])
+        .env_clear()
+        .env(CHILD, "1")
+        .env("APP_ENV", "staging")
+        .env(
+            "APP_TRUSTED_PROXIES",
+            std::ffi::OsStr::from_bytes(b"10.0.0.5,\xa0192.0.2.10"),
+        )
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&run.stdout);
+    assert!(
+        run.status.success(),
+        "{out}{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(out.contains("1 passed"), "{out}");
+}
+
 // ---- .env.example -----------------------------------------------------------
 
 #[test]

@@ -74,7 +74,7 @@ impl BootPlan {
             .flag(RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION)?
             .unwrap_or(false);
         let mut warnings = Vec::new();
-        let driver = match DriverSetting::read(env.get(RATE_LIMIT_DRIVER)) {
+        let driver = match DriverSetting::read(env.text(RATE_LIMIT_DRIVER)?) {
             DriverSetting::Redis => redis_driver(env)?,
             DriverSetting::Memory(because) => {
                 if environment.is_production() && !allow_memory_in_production {

@@ -28,7 +28,7 @@ impl RedisPlan {
     /// Nothing here connects.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let raw = env
-            .get(RATE_LIMIT_REDIS_URL)
+            .text(RATE_LIMIT_REDIS_URL)?
             .ok_or_else(|| ConfigError::Missing {
                 variable: RATE_LIMIT_REDIS_URL.to_owned(),
                 reason: format!(
@@ -43,7 +43,7 @@ impl RedisPlan {
         })?;
         Ok(Self {
             config: config.with_timeouts_from_env(env)?,
-            prefix: env.get(RATE_LIMIT_REDIS_PREFIX),
+            prefix: env.text(RATE_LIMIT_REDIS_PREFIX)?,
         })
     }
 }

@@ -98,7 +98,7 @@ impl CacheConfig {
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let store = store_kind(env)?;
         let app_name = env
-            .get("APP_NAME")
+            .text("APP_NAME")?
             .unwrap_or_else(|| DEFAULT_APP_NAME.to_owned());
         let cache_prefix = prefix(env, "CACHE_PREFIX", &app_name, "-cache-")?;
         let redis_prefix = prefix(env, "REDIS_PREFIX", &app_name, "-database-")?;
@@ -188,9 +188,9 @@ impl Default for CacheConfig {
 const DEFAULT_APP_NAME: &str = "Laravel";
 
 fn store_kind(env: &Env) -> Result<CacheStoreKind, ConfigError> {
-    let (variable, raw) = match env.get(CacheConfig::STORE_VARIABLE) {
+    let (variable, raw) = match env.text(CacheConfig::STORE_VARIABLE)? {
         Some(raw) => (CacheConfig::STORE_VARIABLE, raw),
-        None => match env.get("CACHE_DRIVER") {
+        None => match env.text("CACHE_DRIVER")? {
             Some(raw) => ("CACHE_DRIVER", raw),
             None => return Ok(CacheStoreKind::Memory),
         },
@@ -208,7 +208,7 @@ fn store_kind(env: &Env) -> Result<CacheStoreKind, ConfigError> {
 
 fn prefix(env: &Env, variable: &str, app_name: &str, suffix: &str) -> Result<String, ConfigError> {
     // An explicit prefix is taken as written: Laravel does not trim it.
-    if let Some(set) = env.get(variable) {
+    if let Some(set) = env.text(variable)? {
         return Ok(set);
     }
     if !app_name.is_ascii() {
@@ -247,7 +247,7 @@ fn laravel_slug(title: &str) -> String {
 #[cfg(feature = "redis")]
 fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
     let database = env.parse::<u32>("REDIS_CACHE_DB")?.unwrap_or(1);
-    let (variable, url) = match env.get("REDIS_URL") {
+    let (variable, url) = match env.text("REDIS_URL")? {
         Some(url) => ("REDIS_URL", url),
         None => ("REDIS_HOST", url_from_parts(env, database)?),
     };
@@ -284,10 +284,10 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
 #[cfg(feature = "redis")]
 fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
     let host = env
-        .get("REDIS_HOST")
+        .text("REDIS_HOST")?
         .unwrap_or_else(|| "127.0.0.1".to_owned());
     if host.starts_with('/') {
-        return Ok(socket_url_from_parts(env, &host, database));
+        return socket_url_from_parts(env, &host, database);
     }
     let port = env.parse::<u16>("REDIS_PORT")?.unwrap_or(6379);
     let (scheme, host) = match host.strip_prefix("tls://") {
@@ -301,11 +301,11 @@ fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
     };
     let mut url = ::redis::parse_redis_url(&format!("{scheme}://{host}:{port}/{database}"))
         .ok_or_else(|| refuse("expected a host name or an address"))?;
-    if let Some(user) = env.get("REDIS_USERNAME") {
+    if let Some(user) = env.text("REDIS_USERNAME")? {
         url.set_username(&user)
             .map_err(|()| refuse("REDIS_USERNAME cannot be set on this host"))?;
     }
-    if let Some(password) = env.get("REDIS_PASSWORD") {
+    if let Some(password) = env.secret("REDIS_PASSWORD")? {
         url.set_password(Some(&password))
             .map_err(|()| refuse("REDIS_PASSWORD cannot be set on this host"))?;
     }
@@ -316,20 +316,20 @@ fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
 /// there, with the database and the credentials in the query. The port is
 /// not read.
 #[cfg(feature = "redis")]
-fn socket_url_from_parts(env: &Env, path: &str, database: u32) -> String {
+fn socket_url_from_parts(env: &Env, path: &str, database: u32) -> Result<String, ConfigError> {
     let mut url = ::redis::parse_redis_url("unix:///").expect("a socket URL parses");
     url.set_path(path);
     {
         let mut query = url.query_pairs_mut();
         query.append_pair("db", &database.to_string());
-        if let Some(user) = env.get("REDIS_USERNAME") {
+        if let Some(user) = env.text("REDIS_USERNAME")? {
             query.append_pair("user", &user);
         }
-        if let Some(password) = env.get("REDIS_PASSWORD") {
+        if let Some(password) = env.secret("REDIS_PASSWORD")? {
             query.append_pair("pass", &password);
         }
     }
-    url.to_string()
+    Ok(url.to_string())
 }
 
 #[cfg(test)]

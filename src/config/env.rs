@@ -17,7 +17,11 @@ type Lookup = dyn Fn(&str) -> Option<String> + Send + Sync;
 /// tests).
 ///
 /// A value that is empty or only whitespace counts as unset, as it does in a
-/// `.env` file line such as `RATE_LIMIT_DRIVER=`.
+/// `.env` file line such as `RATE_LIMIT_DRIVER=`. A value of the process
+/// environment that is not UTF-8 is read with each bad byte as U+FFFD, and
+/// every reader but [`get`](Self::get) refuses a value that holds U+FFFD,
+/// naming the variable: such a value is never read as unset, nor used as
+/// something other than what was written.
 ///
 /// ```
 /// use suprnova::config::Env;
@@ -34,7 +38,7 @@ pub struct Env {
 impl Env {
     /// The process environment.
     pub fn process() -> Self {
-        Self::from_lookup(|name| std::env::var(name).ok())
+        Self::from_lookup(|name| std::env::var_os(name).map(lossy))
     }
 
     /// Variables given by a closure.
@@ -85,6 +89,46 @@ impl Env {
             .filter(|v| !v.is_empty())
     }
 
+    /// The value of `name`, trimmed, as [`get`](Self::get) reads it; a value
+    /// that holds U+FFFD, the character a byte outside UTF-8 is read as, is
+    /// an error naming the variable.
+    ///
+    /// ```
+    /// use suprnova::config::Env;
+    ///
+    /// let env = Env::from_pairs([("PREFIX", " app: "), ("BAD", "app\u{FFFD}:")]);
+    /// assert_eq!(env.text("PREFIX").unwrap().as_deref(), Some("app:"));
+    /// assert_eq!(
+    ///     env.text("BAD").unwrap_err().to_string(),
+    ///     "BAD=\"app\u{FFFD}:\" is invalid: it holds bytes that are not UTF-8 (each shown as \u{FFFD}); write the value in UTF-8"
+    /// );
+    /// ```
+    pub fn text(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        match self.get(name) {
+            Some(raw) if raw.contains(char::REPLACEMENT_CHARACTER) => Err(ConfigError::Invalid {
+                variable: name.to_owned(),
+                value: raw,
+                reason: NOT_UTF8.to_owned(),
+            }),
+            other => Ok(other),
+        }
+    }
+
+    /// As [`text`](Self::text), for a password: a refusal does not show the
+    /// value.
+    pub fn secret(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        self.text(name).map_err(|e| match e {
+            ConfigError::Invalid {
+                variable, reason, ..
+            } => ConfigError::Invalid {
+                variable,
+                value: "(hidden)".to_owned(),
+                reason,
+            },
+            other => other,
+        })
+    }
+
     /// The value of `name` parsed as `T`; an error names the variable, the
     /// value, and the form expected (for the number types, their range).
     ///
@@ -102,7 +146,7 @@ impl Env {
         T: std::str::FromStr,
         T::Err: fmt::Display,
     {
-        match self.get(name) {
+        match self.text(name)? {
             None => Ok(None),
             Some(raw) => raw
                 .parse::<T>()
@@ -135,7 +179,7 @@ impl Env {
     /// );
     /// ```
     pub fn positive_millis(&self, name: &str) -> Result<Option<Duration>, ConfigError> {
-        let Some(raw) = self.get(name) else {
+        let Some(raw) = self.text(name)? else {
             return Ok(None);
         };
         match raw.parse::<u64>() {
@@ -152,7 +196,7 @@ impl Env {
     /// `0`, `no`, `off`, in any case. Anything else is an error naming the
     /// variable.
     pub fn flag(&self, name: &str) -> Result<Option<bool>, ConfigError> {
-        let Some(raw) = self.get(name) else {
+        let Some(raw) = self.text(name)? else {
             return Ok(None);
         };
         match raw.to_ascii_lowercase().as_str() {
@@ -165,6 +209,19 @@ impl Env {
             }),
         }
     }
+}
+
+/// Why a value holding U+FFFD is refused.
+const NOT_UTF8: &str =
+    "it holds bytes that are not UTF-8 (each shown as \u{FFFD}); write the value in UTF-8";
+
+/// A value of the process environment as text, each byte outside UTF-8
+/// turned into U+FFFD, so that a reader refuses it rather than read it as
+/// unset.
+fn lossy(value: std::ffi::OsString) -> String {
+    value
+        .into_string()
+        .unwrap_or_else(|raw| raw.to_string_lossy().into_owned())
 }
 
 /// What a value of `T` must look like, for the types a setting is read as:
@@ -243,6 +300,31 @@ mod tests {
             env.parse::<std::net::IpAddr>("IP").unwrap_err().to_string(),
             "IP=\"y\" is invalid: invalid IP address syntax"
         );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_value_that_is_not_utf8_is_refused_by_every_reader_and_never_unset() {
+        use std::os::unix::ffi::OsStringExt;
+        let read = lossy(std::ffi::OsString::from_vec(
+            b"10.0.0.5,\xa0192.0.2.10".to_vec(),
+        ));
+        assert_eq!(read, "10.0.0.5,\u{FFFD}192.0.2.10");
+        let env = Env::from_pairs([("V", read.as_str()), ("N", "8\u{FFFD}")]);
+        assert_eq!(env.get("V").as_deref(), Some(read.as_str()));
+        for refused in [
+            env.text("V").unwrap_err(),
+            env.parse::<u16>("N").unwrap_err(),
+            env.flag("N").unwrap_err(),
+            env.positive_millis("N").unwrap_err(),
+        ] {
+            assert!(refused.to_string().ends_with(NOT_UTF8), "{refused}");
+        }
+        assert_eq!(
+            env.secret("V").unwrap_err().to_string(),
+            format!("V=\"(hidden)\" is invalid: {NOT_UTF8}")
+        );
+        assert_eq!(env.secret("UNSET").unwrap(), None);
     }
 
     #[test]

@@ -41,7 +41,7 @@ impl Environment {
     /// Laravel's `config/app.php`: a deployment that forgot the variable gets
     /// the strict checks, not the lenient ones.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        match env.get(Self::VARIABLE) {
+        match env.text(Self::VARIABLE)? {
             None => Ok(Environment::Production),
             Some(raw) => raw.parse().map_err(|reason: String| ConfigError::Invalid {
                 variable: Self::VARIABLE.to_owned(),

@@ -64,7 +64,7 @@ impl TrustedProxies {
     /// Reads `APP_TRUSTED_PROXIES`; unset means none. A refused entry is an
     /// error that names the variable and the entry.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        match env.get(Self::VARIABLE) {
+        match env.text(Self::VARIABLE)? {
             None => Ok(Self::none()),
             Some(raw) => raw
                 .parse()
