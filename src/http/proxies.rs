@@ -50,6 +50,18 @@ pub enum TrustedProxiesError {
         /// The entry as written.
         entry: String,
     },
+    /// The entry writes an IPv4 address in IPv6 form (`::ffff:10.0.0.0`)
+    /// with a prefix under 96: an IPv6 range around the mapped addresses,
+    /// not the IPv4 range it looks like (`::ffff:10.0.0.0/8` is `::/8`).
+    #[error(
+        "{entry:?} is an IPv4 address in IPv6 form with a prefix under /96, which makes it an IPv6 range (here {ipv6_range}) and not the IPv4 range it names; write the IPv4 range (such as 10.0.0.0/8), or give the IPv6 form a prefix of 96 plus the IPv4 one"
+    )]
+    MappedPrefixUnder96 {
+        /// The entry as written.
+        entry: String,
+        /// The IPv6 range the entry would have been.
+        ipv6_range: String,
+    },
 }
 
 impl TrustedProxies {
@@ -193,6 +205,15 @@ impl FromStr for TrustedProxies {
                 .map_err(|_| TrustedProxiesError::NotAnAddress {
                     entry: entry.to_owned(),
                 })?;
+            if let IpNet::V6(v6) = net
+                && v6.prefix_len() < 96
+                && v6.addr().to_ipv4_mapped().is_some()
+            {
+                return Err(TrustedProxiesError::MappedPrefixUnder96 {
+                    entry: entry.to_owned(),
+                    ipv6_range: v6.trunc().to_string(),
+                });
+            }
             // Checked after the mapped form is turned into IPv4, or
             // `::ffff:0:0/96` would slip through as a /96 and then trust
             // every IPv4 client as 0.0.0.0/0.
@@ -278,6 +299,21 @@ mod tests {
         assert!(proxies.contains(ip("10.9.9.9")));
         assert!(proxies.contains(ip("::ffff:10.9.9.9")));
         assert!(!proxies.contains(ip("11.0.0.1")));
+    }
+
+    #[test]
+    fn a_mapped_address_with_a_prefix_under_96_is_refused() {
+        // `::ffff:10.0.0.0/8` is `::/8`: it would trust `::1` and not 10/8.
+        let err = "10.0.0.5, ::ffff:10.0.0.0/8"
+            .parse::<TrustedProxies>()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "\"::ffff:10.0.0.0/8\" is an IPv4 address in IPv6 form with a prefix under /96, which makes it an IPv6 range (here ::/8) and not the IPv4 range it names; write the IPv4 range (such as 10.0.0.0/8), or give the IPv6 form a prefix of 96 plus the IPv4 one"
+        );
+        for kept in ["::ffff:10.0.0.0/104", "::/8", "2001:db8::/32"] {
+            assert!(kept.parse::<TrustedProxies>().is_ok(), "{kept}");
+        }
     }
 
     #[test]
