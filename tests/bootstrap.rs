@@ -260,6 +260,32 @@ fn a_malformed_redis_url_is_refused_naming_the_variable_and_value() {
 }
 
 #[test]
+fn a_cluster_url_naming_a_database_is_refused_at_boot() {
+    // A cluster node refuses `SELECT 2`: booted, every call would fail and
+    // the backend-error policy would decide every request.
+    for url in [
+        "redis+cluster://127.0.0.1:7000/2",
+        "redis://127.0.0.1:7000/2,redis://127.0.0.1:7001/2",
+    ] {
+        let refused = refusal(&[
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_DRIVER", "redis"),
+            ("RATE_LIMIT_REDIS_URL", url),
+        ]);
+        assert!(
+            refused.starts_with(&format!("RATE_LIMIT_REDIS_URL={url:?} is invalid: ")),
+            "{refused}"
+        );
+        assert!(
+            refused.contains(
+                "a Redis Cluster has only database 0; remove the database (/N) from the URL"
+            ),
+            "{refused}"
+        );
+    }
+}
+
+#[test]
 fn a_refused_redis_url_never_shows_its_password() {
     let err = refusal(&[
         ("RATE_LIMIT_DRIVER", "redis"),

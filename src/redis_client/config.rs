@@ -23,6 +23,12 @@ use crate::config::{ConfigError, Env};
 /// | `redis://a:7000,redis://b:7001,redis://c:7002` | a Redis Cluster, given by its nodes |
 /// | `redis+cluster://a:7000` (or `rediss+cluster://`) | a Redis Cluster, given by one or more seed nodes |
 ///
+/// A Redis Cluster has only database 0, and its nodes are all asked with one
+/// username and password and all reached over TLS or all not: a cluster URL
+/// that names another database, or whose nodes differ in these, is refused.
+/// Credentials given once, on the first seed of `redis+cluster://`, are
+/// every node's.
+///
 /// ```
 /// use suprnova::redis_client::RedisConfig;
 ///
@@ -86,15 +92,25 @@ impl RedisConfig {
             (None, url)
         };
         let nodes: Vec<String> = match cluster_scheme {
-            Some(scheme) => rest
-                .split(',')
-                .map(|host| format!("{scheme}{}", host.trim()))
-                .collect(),
+            Some(scheme) => {
+                let hosts: Vec<&str> = rest.split(',').map(str::trim).collect();
+                // Credentials written once, on the first seed, are the
+                // cluster's: every node is asked with them.
+                let userinfo = hosts[0].rsplit_once('@').map(|(info, _)| info);
+                hosts
+                    .iter()
+                    .map(|host| match userinfo {
+                        Some(info) if !host.contains('@') => format!("{scheme}{info}@{host}"),
+                        _ => format!("{scheme}{host}"),
+                    })
+                    .collect()
+            }
             None => split_urls(rest)
                 .into_iter()
                 .map(|u| u.trim().to_owned())
                 .collect(),
         };
+        let mut infos = Vec::with_capacity(nodes.len());
         for node in &nodes {
             let scheme = scheme_of(node);
             if !NODE_SCHEMES.contains(&scheme) {
@@ -128,8 +144,12 @@ impl RedisConfig {
             {
                 return Err(refuse(node, "it names no host"));
             }
+            infos.push(info);
         }
         let cluster = cluster_scheme.is_some() || nodes.len() > 1;
+        if cluster && let Some((node, reason)) = cluster_mismatch(&nodes, &infos) {
+            return Err(refuse(node, reason));
+        }
         Ok(Self {
             nodes,
             cluster,
@@ -209,6 +229,34 @@ impl RedisUrlError {
         }
         format!("{node:?}: {}", self.reason)
     }
+}
+
+/// The first node of a Redis Cluster that it cannot be run with, and why:
+/// a cluster has only database 0 (a node asked to `SELECT` another refuses
+/// every connection, which would leave every limit to the backend-error
+/// policy), and redis-rs asks every node with the first one's credentials
+/// and TLS.
+fn cluster_mismatch<'a>(
+    nodes: &'a [String],
+    infos: &[::redis::ConnectionInfo],
+) -> Option<(&'a str, &'static str)> {
+    let first = infos.first()?.redis_settings();
+    let tls = |info: &::redis::ConnectionInfo| {
+        matches!(info.addr(), ::redis::ConnectionAddr::TcpTls { .. })
+    };
+    nodes.iter().zip(infos).find_map(|(node, info)| {
+        let settings = info.redis_settings();
+        let reason = if settings.db() != 0 {
+            "a Redis Cluster has only database 0; remove the database (/N) from the URL"
+        } else if settings.username() != first.username() || settings.password() != first.password() {
+            "every node of a Redis Cluster is asked with the same username and password; give them on every URL, or once on the first seed of redis+cluster://"
+        } else if tls(info) != tls(&infos[0]) {
+            "every node of a Redis Cluster is reached the same way: all rediss:// (TLS) or all redis://"
+        } else {
+            return None;
+        };
+        Some((node.as_str(), reason))
+    })
 }
 
 /// The URLs of a comma-separated list: a comma starts a new URL only where
@@ -403,6 +451,37 @@ mod tests {
         assert!(
             !reason.contains("app:pa") && !reason.contains("s3cret"),
             "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_cluster_is_refused_a_database_and_mixed_credentials_or_tls() {
+        let reason = |url: &str| RedisConfig::from_url(url).unwrap_err().reason;
+        for with_db in [
+            "redis+cluster://a:7000/2",
+            "redis+cluster://a:7000,b:7001/2",
+            "redis://a:7000/1,redis://b:7001/1",
+        ] {
+            assert_eq!(
+                reason(with_db),
+                "a Redis Cluster has only database 0; remove the database (/N) from the URL"
+            );
+        }
+        assert!(RedisConfig::from_url("redis://a:7000/0,redis://b:7001/0").is_ok());
+        assert_eq!(
+            reason("redis://u:p@a:7000,redis://b:7001"),
+            "every node of a Redis Cluster is asked with the same username and password; give them on every URL, or once on the first seed of redis+cluster://"
+        );
+        assert_eq!(
+            reason("rediss://a:7000,redis://b:7001"),
+            "every node of a Redis Cluster is reached the same way: all rediss:// (TLS) or all redis://"
+        );
+        // Credentials written once on the first seed are every node's.
+        let once = RedisConfig::from_url("redis+cluster://u:p@a:7000,b:7001").unwrap();
+        assert_eq!(once.nodes(), ["redis://u:p@a:7000", "redis://u:p@b:7001"]);
+        assert_eq!(
+            once.redacted(),
+            "cluster redis://***@a:7000,redis://***@b:7001"
         );
     }
 
