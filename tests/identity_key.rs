@@ -297,6 +297,70 @@ Victim@Mail.test\r\n\
     assert_eq!(route.sent(), 3);
 }
 
+/// Bodies built so that one reading finds no mailbox while the form a
+/// handler reads names the victim: each still counts for the victim's
+/// mailbox. Sent labelled as a form, as an attacker would.
+const CRAFTED: [(&str, &str); 3] = [
+    // A form that is also a JSON object with no `email` field.
+    (FORM, r#"{"x":"&email=victim%40mail.test&"}"#),
+    // A form whose first line opens like a multipart boundary.
+    (FORM, "--x\r\n&email=victim%40mail.test"),
+    // Multipart by its label's boundary, after a preamble that opens like
+    // another boundary.
+    (
+        "multipart/form-data; boundary=real",
+        "--decoy\r\npreamble\r\n--real\r\n\
+Content-Disposition: form-data; name=\"email\"\r\n\r\n\
+victim@mail.test\r\n--real--\r\n",
+    ),
+];
+
+#[tokio::test]
+async fn a_body_built_to_read_two_ways_counts_for_the_mailbox_its_form_names() {
+    for (n, crafted) in CRAFTED.into_iter().enumerate() {
+        let route = reset_route();
+        let mut statuses = vec![route.form(&address(0), "victim@mail.test").await];
+        for from in 1..4 {
+            let (label, body) = crafted;
+            let reply = route
+                .post(&address(from), "/password/reset", label, body)
+                .await;
+            statuses.push(reply.status_code());
+        }
+        assert_eq!(statuses, [200, 200, 200, 429], "crafted body {n}");
+        assert_eq!(route.sent(), 3, "crafted body {n}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_built_to_read_two_ways_counts_through_the_real_server() {
+    let route = reset_route();
+    let sent = route.sent.clone();
+    let router = Arc::try_unwrap(route.router).ok().unwrap();
+    let server = TestServer::start(router).await;
+    let mut statuses = Vec::new();
+    for (n, (label, body)) in CRAFTED.into_iter().enumerate() {
+        let req = http::Request::post(server.url("/password/reset"))
+            .header("content-type", label)
+            .body(Full::new(Bytes::from_static(body.as_bytes())))
+            .unwrap();
+        let from = format!("127.0.0.{}", n + 1);
+        statuses.push(server.send_from(from.parse().unwrap(), req).await.status);
+    }
+    let last = http::Request::post(server.url("/password/reset"))
+        .header("content-type", FORM)
+        .body(Full::new(Bytes::from_static(b"email=victim%40mail.test")))
+        .unwrap();
+    statuses.push(
+        server
+            .send_from("127.0.0.9".parse().unwrap(), last)
+            .await
+            .status,
+    );
+    assert_eq!(statuses, [200, 200, 200, 429]);
+    assert_eq!(sent.load(Ordering::SeqCst), 3);
+}
+
 #[tokio::test]
 async fn spelling_variants_spend_one_budget_through_the_real_server() {
     let route = reset_route();

@@ -15,9 +15,10 @@ use crate::keys::sha256_hex;
 ///
 /// The field is read from the query string and, when
 /// [`RateLimitMiddleware::key_reads_body`](super::RateLimitMiddleware::key_reads_body)
-/// has buffered the body, from a form-encoded body, a text part of a
-/// multipart form, or a top-level string field of a JSON body, whatever the
-/// body's `Content-Type` says. Each value is trimmed and lowercased, so
+/// has buffered the body, from the body by every reading a handler may make
+/// of it: as a form, as a JSON object (its top-level string fields), and as
+/// multipart form data split by the boundary of its `Content-Type` and by
+/// the one its first line opens with, whatever the label says. Each value is trimmed and lowercased, so
 /// `Alice@Example.com` and ` alice@example.com ` share a bucket, and hashed
 /// with SHA-256, so a dump of the limiter's keys does not read as a list of
 /// who is resetting a password.
@@ -94,7 +95,7 @@ fn id_key(namespace: &str, normalised: &str) -> String {
 fn identities(req: &Request, field: &str) -> BTreeSet<String> {
     let mut values = req.query_params(field);
     if let Some(body) = req.buffered_body() {
-        values.extend(body_values(body, field));
+        values.extend(body_values(body, req.header("content-type"), field));
     }
     values
         .iter()
@@ -103,47 +104,109 @@ fn identities(req: &Request, field: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The values of `field` in a form-encoded, multipart or JSON body: a body
-/// that is a JSON object is read as JSON, one that opens with a multipart
-/// boundary line as multipart form data, anything else as a form, whatever
-/// its `Content-Type` says. A handler may parse the body either way (many
-/// read a form without looking at the label), so a label must not take the
-/// identity out of the count: a form labelled `application/json` is still
-/// read as a form.
-fn body_values(body: &[u8], field: &str) -> Vec<String> {
+/// The values of `field` in a body, by every reading a handler may make of
+/// it: as a form, as a JSON object, and as multipart form data split by the
+/// boundary its `Content-Type` gives and by the one its first line opens
+/// with. A handler may parse the body any of these ways (many read a form
+/// without looking at the label), so no label, and no body built to read
+/// one way as well as another, takes the identity out of the count: a form
+/// that is also a JSON object (`{"x":"&email=victim&"}`) or opens like a
+/// multipart boundary (`--x\r\n&email=victim`) names the mailbox its form
+/// names. Values that differ between readings are two identities.
+fn body_values(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<String> {
     if body.is_empty() {
         return Vec::new();
     }
-    json_values(body, field)
-        .or_else(|| multipart_values(body, field))
-        .unwrap_or_else(|| form_values(body, field))
+    let mut values = form_values(body, field);
+    values.extend(json_values(body, field).unwrap_or_default());
+    let labelled = content_type.and_then(labelled_boundary);
+    let opened = first_line_boundary(body);
+    if let Some(boundary) = labelled {
+        values.extend(multipart_values(body, boundary, field));
+    }
+    if let Some(boundary) = opened.filter(|b| Some(*b) != labelled) {
+        values.extend(multipart_values(body, boundary, field));
+    }
+    values
 }
 
-/// The values of the text parts named `field` of a multipart body, found
-/// by its first line, `--<boundary>`; `None` when the body does not open
-/// with one. A file part (one with a `filename`) is not an identity.
-fn multipart_values(body: &[u8], field: &str) -> Option<Vec<String>> {
-    let first_line_ends = find(body, b"\r\n")?;
-    let boundary = body[..first_line_ends].strip_prefix(b"--")?;
-    let is_boundary_char = |b: &u8| b.is_ascii_alphanumeric() || b"'()+_,-./:=? ".contains(b);
-    if boundary.is_empty() || boundary.len() > 70 || !boundary.iter().all(is_boundary_char) {
+/// The `boundary` parameter of a `multipart/*` `Content-Type`, quoted or
+/// not.
+fn labelled_boundary(content_type: &str) -> Option<&[u8]> {
+    let mut params = content_type.split(';');
+    let kind = params.next()?.trim();
+    if !kind.get(..10)?.eq_ignore_ascii_case("multipart/") {
         return None;
     }
+    params
+        .find_map(|param| parameter(param, "boundary"))
+        .map(str::as_bytes)
+        .filter(|b| is_boundary(b))
+}
+
+/// The boundary of a body whose first line is `--<boundary>`.
+fn first_line_boundary(body: &[u8]) -> Option<&[u8]> {
+    let first_line_ends = find(body, b"\r\n")?;
+    body[..first_line_ends]
+        .strip_prefix(b"--")
+        .filter(|b| is_boundary(b))
+}
+
+/// Whether `boundary` is one RFC 2046 allows: 1 to 70 of its characters.
+fn is_boundary(boundary: &[u8]) -> bool {
+    let allowed = |b: &u8| b.is_ascii_alphanumeric() || b"'()+_,-./:=? ".contains(b);
+    !boundary.is_empty() && boundary.len() <= 70 && boundary.iter().all(allowed)
+}
+
+/// The value of the header parameter `param` (`name="email"`, `name=email`)
+/// when `param` is `name`, its case ignored.
+fn parameter<'a>(param: &'a str, name: &str) -> Option<&'a str> {
+    let (key, value) = param.split_once('=')?;
+    if !key.trim().eq_ignore_ascii_case(name) {
+        return None;
+    }
+    let value = value.trim();
+    Some(
+        value
+            .strip_prefix('"')
+            .and_then(|v| v.strip_suffix('"'))
+            .unwrap_or(value),
+    )
+}
+
+/// The values of the parts named `field` of a multipart body split by
+/// `boundary`, after any preamble: every such part, a file part included,
+/// since a handler reads a part by its name.
+fn multipart_values(body: &[u8], boundary: &[u8], field: &str) -> Vec<String> {
     let mut delimiter = b"\r\n--".to_vec();
     delimiter.extend_from_slice(boundary);
-    let wanted = format!("name=\"{field}\"");
+    // The first delimiter opens the body, or ends its preamble.
+    let opens = if body.starts_with(&delimiter[2..]) {
+        Some(0)
+    } else {
+        find(body, &delimiter).map(|at| at + 2)
+    };
     let mut values = Vec::new();
-    let mut rest = &body[first_line_ends + 2..];
+    let Some(rest) = opens.and_then(|at| {
+        let line = &body[at..];
+        find(line, b"\r\n").map(|end| &line[end + 2..])
+    }) else {
+        return values;
+    };
+    let mut rest = rest;
     loop {
         let part_ends = find(rest, &delimiter).unwrap_or(rest.len());
         let part = &rest[..part_ends];
         if let Some(headers_end) = find(part, b"\r\n\r\n") {
             let headers = String::from_utf8_lossy(&part[..headers_end]);
             let named = headers.lines().any(|line| {
-                let lower = line.to_ascii_lowercase();
-                lower.starts_with("content-disposition:")
-                    && line.contains(&wanted)
-                    && !lower.contains("filename")
+                line.split_once(':').is_some_and(|(header, value)| {
+                    header.trim().eq_ignore_ascii_case("content-disposition")
+                        && value
+                            .split(';')
+                            .filter_map(|param| parameter(param, "name"))
+                            .any(|name| name == field)
+                })
             });
             if named {
                 let value = &part[headers_end + 4..];
@@ -159,7 +222,7 @@ fn multipart_values(body: &[u8], field: &str) -> Option<Vec<String>> {
         }
         rest = rest.strip_prefix(b"\r\n").unwrap_or(rest);
     }
-    Some(values)
+    values
 }
 
 /// Where `needle` first starts in `haystack`.
@@ -261,45 +324,125 @@ pub(crate) fn with_named_buckets<R>(key_fn: impl FnOnce() -> R) -> (R, Vec<Strin
 mod tests {
     use super::*;
 
-    #[test]
-    fn form_and_json_bodies_are_read_whatever_their_label() {
-        assert_eq!(body_values(b"a=1&email=x%40y.z", "email"), vec!["x@y.z"]);
-        assert_eq!(
-            body_values(br#"{"email":"x@y.z","n":{"email":"inner"}}"#, "email"),
-            vec!["x@y.z"]
-        );
-        assert_eq!(body_values(b"email=q", "email"), vec!["q"]);
+    /// The values of `field` in `body`, sorted, with no label.
+    fn read(body: &[u8], field: &str) -> Vec<String> {
+        labelled(body, None, field)
+    }
+
+    fn labelled(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<String> {
+        let mut values = body_values(body, content_type, field);
+        values.sort();
+        values
     }
 
     #[test]
-    fn multipart_text_parts_are_read_and_files_are_not() {
-        let body = b"--XyZ\r\n\
+    fn form_and_json_bodies_are_read_whatever_their_label() {
+        assert_eq!(read(b"a=1&email=x%40y.z", "email"), vec!["x@y.z"]);
+        assert_eq!(
+            read(br#"{"email":"x@y.z","n":{"email":"inner"}}"#, "email"),
+            vec!["x@y.z"]
+        );
+        assert_eq!(read(b"email=q", "email"), vec!["q"]);
+        assert_eq!(
+            labelled(b"email=q", Some("application/json"), "email"),
+            vec!["q"]
+        );
+    }
+
+    #[test]
+    fn a_body_built_to_read_two_ways_names_what_each_reading_finds() {
+        // A JSON object whose form reading names the victim.
+        assert_eq!(
+            read(br#"{"x":"&email=victim%40example.com&"}"#, "email"),
+            vec!["victim@example.com"]
+        );
+        // A form whose first line opens like a multipart boundary.
+        assert_eq!(
+            read(b"--x\r\n&email=victim%40example.com", "email"),
+            vec!["victim@example.com"]
+        );
+        // A JSON object that names one mailbox and a form reading another:
+        // two identities.
+        assert_eq!(
+            read(br#"{"email":"a@x","n":"&email=b@x&"}"#, "email"),
+            vec!["a@x", "b@x"]
+        );
+    }
+
+    const MULTIPART: &[u8] = b"--XyZ\r\n\
 Content-Disposition: form-data; name=\"note\"\r\n\r\n\
 hello\r\n\
 --XyZ\r\n\
 Content-Disposition: form-data; name=\"email\"\r\n\r\n\
 Ada@Example.com\r\n\
 --XyZ\r\n\
-Content-Disposition: form-data; name=\"email\"; filename=\"a.txt\"\r\n\
+Content-Disposition: form-data; name=\"avatar\"; filename=\"email\"\r\n\
 Content-Type: text/plain\r\n\r\n\
-not an identity\r\n\
+a file\r\n\
 --XyZ--\r\n";
-        assert_eq!(body_values(body, "email"), vec!["Ada@Example.com"]);
-        assert_eq!(body_values(body, "note"), vec!["hello"]);
-        assert!(body_values(body, "password").is_empty());
+
+    #[test]
+    fn multipart_parts_are_read_by_name_whatever_the_label() {
+        assert_eq!(read(MULTIPART, "email"), vec!["Ada@Example.com"]);
+        assert_eq!(read(MULTIPART, "note"), vec!["hello"]);
+        assert_eq!(read(MULTIPART, "avatar"), vec!["a file"]);
+        assert!(read(MULTIPART, "password").is_empty());
+        assert_eq!(
+            labelled(
+                MULTIPART,
+                Some("multipart/form-data; boundary=XyZ"),
+                "email"
+            ),
+            vec!["Ada@Example.com"]
+        );
         // A form whose first field starts with dashes is still a form.
-        assert_eq!(body_values(b"--x=1&email=q", "email"), vec!["q"]);
+        assert_eq!(read(b"--x=1&email=q", "email"), vec!["q"]);
+    }
+
+    #[test]
+    fn a_part_named_without_quotes_or_holding_a_file_counts() {
+        let body = b"--b\r\n\
+content-disposition: form-data; name=email\r\n\r\n\
+a@x\r\n\
+--b\r\n\
+Content-Disposition: form-data; name=\"email\"; filename=\"e.txt\"\r\n\r\n\
+b@x\r\n\
+--b--\r\n";
+        assert_eq!(read(body, "email"), vec!["a@x", "b@x"]);
+    }
+
+    #[test]
+    fn the_labelled_boundary_is_read_after_a_preamble_that_opens_like_another() {
+        // A parser splits by the boundary the header gives, after any
+        // preamble; this body's first line opens like a boundary of its own.
+        let body = b"--decoy\r\n\
+preamble\r\n\
+--real\r\n\
+Content-Disposition: form-data; name=\"email\"\r\n\r\n\
+victim@example.com\r\n\
+--real--\r\n";
+        let victim = "victim@example.com".to_owned();
+        assert!(!read(body, "email").contains(&victim));
+        for content_type in [
+            "multipart/form-data; boundary=real",
+            "Multipart/Form-Data; charset=utf-8; BOUNDARY=\"real\"",
+        ] {
+            let found = labelled(body, Some(content_type), "email");
+            assert!(found.contains(&victim), "{content_type}: {found:?}");
+        }
+        let found = labelled(body, Some("text/plain; boundary=real"), "email");
+        assert!(!found.contains(&victim), "{found:?}");
     }
 
     #[test]
     fn json_reads_every_repeat_and_only_strings() {
         assert_eq!(
-            body_values(br#"{"email":"a","email":"b"}"#, "email"),
+            read(br#"{"email":"a","email":"b"}"#, "email"),
             vec!["a", "b"]
         );
-        assert!(body_values(br#"{"email":5}"#, "email").is_empty());
-        assert!(body_values(b"[1,2]", "email").is_empty());
-        assert!(body_values(b"{broken", "email").is_empty());
+        assert!(read(br#"{"email":5}"#, "email").is_empty());
+        assert!(read(b"[1,2]", "email").is_empty());
+        assert!(read(b"{broken", "email").is_empty());
     }
 
     #[test]
