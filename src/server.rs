@@ -52,12 +52,15 @@ pub enum ServerError {
     Io(#[from] std::io::Error),
 }
 
-/// How long a client may take to send a request's headers, from its first
-/// byte (or, on a kept-alive connection, from the end of the previous
-/// response) to the blank line that ends them. A client that takes longer
-/// is disconnected: without a bound, clients that send a header every few
-/// seconds and never finish hold a connection and its task for ever, and a
-/// graceful shutdown waits for them.
+/// How long a client may take to send a request's headers: from the
+/// connection's opening to its first request's headers (in HTTP/1 and
+/// HTTP/2, whatever arrives in between: nothing, part of the HTTP/2
+/// preface, the preface and no request), and in HTTP/1 from the end of a
+/// response to the blank line that ends the next request's headers. A
+/// client that takes longer is disconnected: without a bound, clients that
+/// open connections and send nothing, or a header every few seconds, hold a
+/// connection and its task for ever, and a graceful shutdown waits for
+/// them.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A bound listener, ready to serve.
@@ -124,8 +127,9 @@ pub async fn serve(addr: impl ToSocketAddrs, router: Router) -> Result<(), Serve
 }
 
 impl Server {
-    /// How long a client may take to send a request's headers over
-    /// HTTP/1 ([`HEADER_READ_TIMEOUT`] unless set); `None` waits for ever.
+    /// How long a client may take to send a request's headers, as
+    /// [`HEADER_READ_TIMEOUT`] says ([`HEADER_READ_TIMEOUT`] unless set);
+    /// `None` waits for ever.
     ///
     /// ```
     /// use std::time::Duration;
@@ -202,7 +206,10 @@ impl Server {
                     // Cloned once a connection; a request clones only this
                     // connection's handle.
                     let router = Arc::new(ConnectionRouter(router.clone()));
+                    let first_request = FirstRequest::default();
+                    let arrived = first_request.clone();
                     let service = service_fn(move |req: http::Request<Incoming>| {
+                        arrived.arrive();
                         // Prepared and matched when hyper hands the request
                         // over (inside the connection's scope), so that the
                         // future holds the chain's future and nothing beside.
@@ -216,11 +223,32 @@ impl Server {
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .into_owned();
                     let connection = graceful.watch(connection);
+                    let header_read_timeout = self.header_read_timeout;
                     // HTTP/1 runs each request inside the connection's
                     // task, so one scope a connection makes `app` current
                     // for all of them; what HTTP/2 spawns, ScopedExecutor
                     // scopes.
                     tokio::spawn(app.scope(sessions.scope(async move {
+                        let mut connection = std::pin::pin!(connection);
+                        if let Some(limit) = header_read_timeout {
+                            // hyper bounds an HTTP/1 request's headers once
+                            // it reads them, but not the wait before: for the
+                            // bytes that tell HTTP/1 from HTTP/2, and for an
+                            // HTTP/2 client's first request.
+                            tokio::select! {
+                                ended = connection.as_mut() => {
+                                    if let Err(error) = ended {
+                                        tracing::debug!(%peer, %error, "connection ended with an error");
+                                    }
+                                    return;
+                                }
+                                () = first_request.arrived() => {}
+                                () = tokio::time::sleep(limit) => {
+                                    tracing::debug!(%peer, "no request within the header read timeout; closing");
+                                    return;
+                                }
+                            }
+                        }
                         if let Err(error) = connection.await {
                             tracing::debug!(%peer, %error, "connection ended with an error");
                         }
@@ -341,6 +369,32 @@ fn catching_panics<F: Future<Output = HttpResponse>>(
 fn panicked() -> HttpResponse {
     tracing::error!("a handler or middleware panicked; answering 500");
     HttpResponse::text("500 Internal Server Error").status(500)
+}
+
+/// Tells a connection's task that its first request has arrived. Each
+/// request after the first costs one relaxed load.
+#[derive(Clone, Default)]
+struct FirstRequest(Arc<FirstRequestState>);
+
+#[derive(Default)]
+struct FirstRequestState {
+    arrived: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
+
+impl FirstRequest {
+    fn arrive(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        if !self.0.arrived.load(Relaxed) {
+            self.0.arrived.store(true, Relaxed);
+            // Keeps a permit when the task is not waiting yet.
+            self.0.notify.notify_one();
+        }
+    }
+
+    async fn arrived(&self) {
+        self.0.notify.notified().await;
+    }
 }
 
 /// Spawns what hyper runs on its own (HTTP/2 streams) on tokio, inside the

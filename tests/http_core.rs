@@ -450,3 +450,62 @@ async fn a_client_that_never_finishes_its_headers_is_disconnected() {
     stop.send(()).unwrap();
     serving.await.unwrap().unwrap();
 }
+
+/// What a client sends before its first request, nothing at all or the
+/// start of HTTP/2, is bounded by the header read timeout as well: the
+/// connection is closed, and a graceful shutdown does not wait for it.
+#[tokio::test]
+async fn a_connection_without_a_first_request_is_closed_after_the_header_read_timeout() {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn closed_within(addr: std::net::SocketAddr, sent: &[u8], wait: Duration) -> bool {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(sent).await.unwrap();
+        let mut buf = vec![0_u8; 4096];
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+                Err(_) => return false,
+                Ok(Ok(0) | Err(_)) => return true,
+                // An HTTP/2 server's SETTINGS frame: read on.
+                Ok(Ok(_)) => {}
+            }
+        }
+    }
+
+    let server = suprnova::server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .header_read_timeout(Some(Duration::from_millis(300)));
+    let addr = server.local_addr().unwrap();
+    let router = Router::new().get("/", |_req: Request| async { HttpResponse::text("hi") });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
+        let _ = stopped.await;
+    }));
+    let wait = Duration::from_secs(5);
+    let closed = tokio::join!(
+        closed_within(addr, b"", wait),
+        closed_within(addr, b"PRI * HTTP/2.0\r\n", wait),
+        closed_within(addr, b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", wait),
+        closed_within(addr, b"GET / HTTP/1.1\r\nHost: x\r\n", wait),
+    );
+    assert_eq!(
+        closed,
+        (true, true, true, true),
+        "closed within {wait:?} of a 300 ms header read timeout: (no byte, part of the HTTP/2 preface, the preface and no request, part of an HTTP/1 head)"
+    );
+    // A client that sends its request is served on a connection as before.
+    let mut whole = tokio::net::TcpStream::connect(addr).await.unwrap();
+    whole
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    whole.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    stop.send(()).unwrap();
+    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+}
