@@ -493,6 +493,39 @@ fn a_junk_proxy_entry_is_refused_naming_the_entry() {
     }
 }
 
+// ---- the throttle side's store in production ---------------------------------
+
+#[test]
+fn production_on_redis_with_an_in_memory_cache_warns_that_throttles_count_per_process() {
+    let redis = [
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", "redis://cache.internal:6379"),
+    ];
+    let warning = "RATE_LIMIT_DRIVER=redis shares the driver's counts, but the cache store is the in-memory one (CACHE_STORE unset, memory or array): throttle: routes, named limiters and the RateLimiter facade count per process, so behind N replicas their limit of 5 attempts is really 5N. Set CACHE_STORE=redis and REDIS_URL to share them; if no route uses them, this changes nothing.";
+    for store in [None, Some("memory"), Some("array")] {
+        let mut pairs = redis.to_vec();
+        pairs.extend(store.map(|s| ("CACHE_STORE", s)));
+        assert_eq!(plan(&pairs).unwrap().warnings, [warning], "{store:?}");
+    }
+    let mut shared = redis.to_vec();
+    shared.extend([
+        ("CACHE_STORE", "redis"),
+        ("REDIS_URL", "redis://cache.internal:6379"),
+    ]);
+    assert!(plan(&shared).unwrap().warnings.is_empty());
+    // Outside production, and on one process by choice, nothing to say.
+    let mut staging = redis.to_vec();
+    staging[0] = ("APP_ENV", "staging");
+    assert!(plan(&staging).unwrap().warnings.is_empty());
+    let one_process = [
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "memory"),
+        ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "true"),
+    ];
+    assert!(plan(&one_process).unwrap().warnings.is_empty());
+}
+
 // ---- values that are not UTF-8 ----------------------------------------------
 
 const NOT_UTF8: &str =
@@ -766,7 +799,10 @@ async fn every_environment_driver_and_override_installs_the_right_driver() {
                     Some("redis") => {
                         let summary = got.expect(&case);
                         assert_eq!(summary.redis_answered, Some(true), "{case}");
-                        assert!(summary.warnings.is_empty(), "{case}");
+                        // Only the cache store's warning: production on
+                        // Redis with the throttle side in memory.
+                        let warned = usize::from(environment.is_production());
+                        assert_eq!(summary.warnings.len(), warned, "{case}");
                         assert_eq!(installed_driver(&app).name(), "redis", "{case}");
                     }
                     _ if gated => {
@@ -818,7 +854,7 @@ async fn redis_is_installed_with_its_prefix_against_a_live_server() {
     assert_eq!(
         summary.unwrap().to_string(),
         format!(
-            "environment=production driver=redis redis={url} (answering) cache=memory trusted_proxies=10.0.0.5"
+            "environment=production driver=redis redis={url} (answering) cache=memory trusted_proxies=10.0.0.5 warnings=1"
         )
     );
     let driver = installed_driver(&app);
@@ -851,7 +887,7 @@ async fn redis_on_its_unix_socket_is_installed_and_shares_the_tcp_buckets() {
     assert_eq!(
         summary.unwrap().to_string(),
         format!(
-            "environment=production driver=redis redis={} (answering) cache=memory trusted_proxies=none",
+            "environment=production driver=redis redis={} (answering) cache=memory trusted_proxies=none warnings=1",
             server.socket_url()
         )
     );
@@ -899,7 +935,7 @@ async fn a_redis_that_does_not_answer_yet_does_not_stop_boot() {
     assert_eq!(
         summary.to_string(),
         format!(
-            "environment=production driver=redis redis={url} (not answering yet) cache=memory trusted_proxies=none"
+            "environment=production driver=redis redis={url} (not answering yet) cache=memory trusted_proxies=none warnings=1"
         )
     );
 

@@ -88,3 +88,17 @@ pub(crate) fn fallback_warning(value: &str) -> String {
         unrecognised(value)
     )
 }
+
+/// In production, with the driver on Redis and the cache store in memory:
+/// the deployment runs several processes, and the throttle side counts in
+/// each. Not a refusal, since a service that uses only the driver's
+/// middleware needs no shared cache.
+pub(crate) fn cache_per_process_warning() -> String {
+    format!(
+        "{RATE_LIMIT_DRIVER}=redis shares the driver's counts, but the cache store is the \
+         in-memory one (CACHE_STORE unset, memory or array): throttle: routes, named limiters \
+         and the RateLimiter facade count per process, so behind N replicas their limit of 5 \
+         attempts is really 5N. Set CACHE_STORE=redis and REDIS_URL to share them; if no route \
+         uses them, this changes nothing."
+    )
+}

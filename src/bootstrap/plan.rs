@@ -3,9 +3,12 @@
 use super::DriverChoice;
 #[cfg(feature = "redis")]
 use super::RedisPlan;
-use super::guard::{DriverSetting, MemoryBecause, fallback_warning, refuse_memory_in_production};
+use super::guard::{
+    DriverSetting, MemoryBecause, cache_per_process_warning, fallback_warning,
+    refuse_memory_in_production,
+};
 use super::variables::{RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION, RATE_LIMIT_DRIVER};
-use crate::cache::CacheConfig;
+use crate::cache::{CacheConfig, CacheStoreKind};
 use crate::config::{ConfigError, Env, Environment};
 use crate::http::TrustedProxies;
 
@@ -65,7 +68,9 @@ impl BootPlan {
     /// In production a setting that resolves to the in-memory limiter (unset,
     /// `memory`, or an unrecognised value such as `Redis`) is refused unless
     /// `RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=true`. Elsewhere an
-    /// unrecognised value falls back to memory with one warning.
+    /// unrecognised value falls back to memory with one warning. In
+    /// production with the driver on Redis and the cache store in memory,
+    /// a warning says that the throttle side counts per process.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let environment = Environment::from_env(env)?;
         // Parsed in every environment: a misspelt override is a mistake
@@ -88,6 +93,12 @@ impl BootPlan {
         };
         let trusted_proxies = TrustedProxies::from_env(env)?;
         let cache = CacheConfig::from_env(env)?;
+        if environment.is_production()
+            && !matches!(driver, DriverChoice::Memory)
+            && cache.store == CacheStoreKind::Memory
+        {
+            warnings.push(cache_per_process_warning());
+        }
         Ok(Self {
             environment,
             driver,
