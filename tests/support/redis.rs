@@ -38,6 +38,22 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// `count` distinct free ports for the nodes of a cluster, none of them
+/// another's bus port (port + 10000).
+fn cluster_ports(count: usize) -> Vec<u16> {
+    let mut ports: Vec<u16> = Vec::with_capacity(count);
+    while ports.len() < count {
+        let port = free_port();
+        let clashes = ports
+            .iter()
+            .any(|&p| p == port || p + 10000 == port || port + 10000 == p);
+        if !clashes {
+            ports.push(port);
+        }
+    }
+    ports
+}
+
 /// Sends one inline command and returns the raw reply (first read).
 pub fn raw_command(port: u16, command: &str) -> Option<String> {
     let mut stream =
@@ -251,17 +267,33 @@ pub struct RedisCluster {
 
 impl RedisCluster {
     /// Starts the nodes, joins them with `redis-cli --cluster create`, and
-    /// waits until every node reports `cluster_state:ok`.
+    /// waits until every node reports `cluster_state:ok`. A port (or bus
+    /// port) that another process takes between [`free_port`] and the spawn
+    /// makes its node exit at once; the whole cluster is then started again
+    /// on other ports. Nodes already started are stopped on any failure.
     pub fn start(masters: usize) -> Self {
         assert!(masters >= 3, "a Redis Cluster needs at least 3 masters");
-        let ports: Vec<u16> = (0..masters).map(|_| free_port()).collect();
-        let dir = scratch_dir(ports[0]);
-        let mut nodes = Vec::new();
+        for _ in 0..5 {
+            if let Some(cluster) = Self::try_start(masters) {
+                return cluster;
+            }
+        }
+        panic!("a Redis Cluster of {masters} nodes found no free loopback ports in 5 tries");
+    }
+
+    /// One attempt; `None` when a node exited before it answered.
+    fn try_start(masters: usize) -> Option<Self> {
+        let ports = cluster_ports(masters);
+        // Holds every node from its spawn, so that a panic below stops them.
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            dir: scratch_dir(ports[0]),
+        };
         for &port in &ports {
             let conf = format!("nodes-{port}.conf");
             let child = spawn_redis(
                 port,
-                &dir,
+                &cluster.dir,
                 &[
                     "--cluster-enabled",
                     "yes",
@@ -273,13 +305,18 @@ impl RedisCluster {
                     &format!("redis-{port}.log"),
                 ],
             );
-            nodes.push((child, port));
+            cluster.nodes.push((child, port));
         }
-        for (child, port) in &nodes {
+        for (child, port) in &mut cluster.nodes {
             let (pid, port) = (child.id(), *port);
+            let mut exited = false;
             wait_until("a cluster node to answer", Duration::from_secs(10), || {
-                answers_as(port, pid)
+                exited = child.try_wait().ok().flatten().is_some();
+                exited || answers_as(port, pid)
             });
+            if exited {
+                return None;
+            }
         }
         let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
         let status = Command::new("redis-cli")
@@ -292,13 +329,12 @@ impl RedisCluster {
             .status()
             .expect("run redis-cli --cluster create (install redis-tools)");
         assert!(status.success(), "redis-cli --cluster create failed");
-        let cluster = Self { nodes, dir };
         for &port in &ports {
             wait_until("the cluster to be ok", Duration::from_secs(20), || {
                 raw_command(port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
             });
         }
-        cluster
+        Some(cluster)
     }
 
     /// The node ports.
