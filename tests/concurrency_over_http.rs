@@ -95,7 +95,8 @@ async fn storm(server: &TestServer) -> Vec<Reply> {
         .collect();
     let mut replies = Vec::with_capacity(CLIENTS * ATTEMPTS);
     for task in tasks {
-        replies.extend(task.await.unwrap());
+        let client = support::within("a client's requests", Duration::from_secs(60), task);
+        replies.extend(client.await.unwrap());
     }
     replies
 }

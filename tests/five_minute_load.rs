@@ -105,7 +105,10 @@ impl Via {
             }
             Via::Http(server, clients) => {
                 let request = http::Request::get(server.url("/load")).body(Full::default());
-                Reply::read(clients[i].request(request.unwrap()).await.unwrap()).await
+                let reply = async {
+                    Reply::read(clients[i].request(request.unwrap()).await.unwrap()).await
+                };
+                support::within("an HTTP reply", support::http::REPLY_WITHIN, reply).await
             }
         }
     }

@@ -111,7 +111,9 @@ impl TestServer {
         let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new())
             .http2_only(true)
             .build(HttpConnector::new());
-        let response = client.request(request).await.expect("request failed");
+        let response = super::within("an HTTP/2 reply", REPLY_WITHIN, client.request(request))
+            .await
+            .expect("request failed");
         assert_eq!(response.version(), http::Version::HTTP_2);
         Reply::read(response).await
     }
@@ -149,6 +151,12 @@ async fn send_from(local: Option<IpAddr>, request: Request<Full<Bytes>>) -> Repl
     connector.set_local_address(local);
     connector.set_nodelay(true);
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build(connector);
-    let response = client.request(request).await.expect("request failed");
-    Reply::read(response).await
+    super::within("an HTTP reply", REPLY_WITHIN, async {
+        let response = client.request(request).await.expect("request failed");
+        Reply::read(response).await
+    })
+    .await
 }
+
+/// How long one request to a test server may take, its body included.
+pub const REPLY_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);

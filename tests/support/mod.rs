@@ -25,3 +25,16 @@ pub fn unique_prefix(name: &str) -> String {
         N.fetch_add(1, Ordering::SeqCst)
     )
 }
+
+/// `future`'s output, or a panic naming `what` once `limit` has passed: a
+/// test whose server, client or peer task never answers fails with a
+/// message instead of holding CI until its time runs out.
+pub async fn within<T>(
+    what: &str,
+    limit: std::time::Duration,
+    future: impl std::future::Future<Output = T>,
+) -> T {
+    tokio::time::timeout(limit, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} took over {limit:?}"))
+}
