@@ -1,6 +1,7 @@
 //! One handle over a Redis node or a Redis Cluster, with bounded waits.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Once, RwLock};
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisFuture, RedisResult, ServerErrorKind, Value};
+use arc_swap::ArcSwap;
 
 use super::{RedisConfig, ScriptCall};
 
@@ -34,6 +36,17 @@ pub enum RedisBackendError {
 /// `connect_timeout + response_timeout` and then fails with
 /// [`RedisBackendError::Timeout`], so a dead or hung Redis never hangs a
 /// request.
+///
+/// A connection that cannot serve any more is replaced by a new one, which
+/// the next call connects: after a call that found no answer in time (a
+/// connection whose peer vanished without a word, as when a NAT or a load
+/// balancer drops its flow, gets none until the kernel gives up on it, about
+/// fifteen minutes later), after `READONLY` (the address now leads to a
+/// replica: a failover behind one DNS name), and after a refused password
+/// (redis-rs would keep answering with that refusal). A call that finds its
+/// connection to one node dropped (Redis restarted, or the peer reset it)
+/// is sent once more, on the connection redis-rs opens again, within the
+/// same deadline.
 #[derive(Clone)]
 pub struct RedisConnection {
     inner: Inner,
@@ -42,13 +55,42 @@ pub struct RedisConnection {
 
 #[derive(Clone)]
 enum Inner {
-    Single(ConnectionManager),
+    Single(Arc<SingleNode>),
     Cluster(Arc<LazyCluster>),
+}
+
+/// One node: the connection in use, and what builds the next one.
+struct SingleNode {
+    client: ::redis::Client,
+    manager_config: ConnectionManagerConfig,
+    current: ArcSwap<ConnectionManager>,
+}
+
+impl SingleNode {
+    /// Puts a new connection in place of `used`, unless another call
+    /// replaced it first.
+    fn replace(&self, used: &Arc<ConnectionManager>) {
+        if !Arc::ptr_eq(&self.current.load(), used) {
+            return;
+        }
+        match ConnectionManager::new_lazy_with_config(
+            self.client.clone(),
+            self.manager_config.clone(),
+        ) {
+            Ok(fresh) => {
+                self.current.compare_and_swap(used, Arc::new(fresh));
+            }
+            Err(error) => tracing::warn!(%error, "could not replace the Redis connection"),
+        }
+    }
 }
 
 struct LazyCluster {
     client: ClusterClient,
-    connected: RwLock<Option<ClusterConnection>>,
+    /// The connection, with the number it was made under.
+    connected: RwLock<Option<(u64, ClusterConnection)>>,
+    /// The number of the connection that is, or will be, in use.
+    generation: AtomicU64,
     connecting: tokio::sync::Mutex<()>,
 }
 
@@ -62,7 +104,9 @@ impl LazyCluster {
             return Ok(conn);
         }
         let conn = self.client.get_async_connection().await?;
-        *self.connected.write().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
+        let generation = self.generation.load(Ordering::Acquire);
+        *self.connected.write().unwrap_or_else(|e| e.into_inner()) =
+            Some((generation, conn.clone()));
         Ok(conn)
     }
 
@@ -70,8 +114,74 @@ impl LazyCluster {
         self.connected
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .clone()
+            .as_ref()
+            .map(|(_, conn)| conn.clone())
     }
+
+    /// Drops the connection made under `generation`, so that the next call
+    /// connects again; a connection made since is kept.
+    fn replace(&self, generation: u64) {
+        let mut connected = self.connected.write().unwrap_or_else(|e| e.into_inner());
+        if self
+            .generation
+            .compare_exchange(
+                generation,
+                generation + 1,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+        {
+            *connected = None;
+        }
+    }
+}
+
+/// The connection one call runs on.
+enum Link {
+    Single(ConnectionManager),
+    Cluster(Arc<LazyCluster>),
+}
+
+/// What a call used, so that a failure replaces that connection and not a
+/// newer one.
+enum Used {
+    Single(Arc<SingleNode>, Arc<ConnectionManager>),
+    Cluster(Arc<LazyCluster>, u64),
+}
+
+impl Used {
+    fn link(&self) -> Link {
+        match self {
+            Used::Single(_, manager) => Link::Single(ConnectionManager::clone(manager)),
+            Used::Cluster(cluster, _) => Link::Cluster(cluster.clone()),
+        }
+    }
+
+    fn replace(&self) {
+        match self {
+            Used::Single(node, manager) => node.replace(manager),
+            Used::Cluster(cluster, generation) => cluster.replace(*generation),
+        }
+    }
+}
+
+/// Whether `error` says that the connection will not serve again, though
+/// a new one may: the peer answers nothing, it is a replica now, or it
+/// refused the password (which redis-rs would answer every call with).
+fn needs_a_new_connection(error: &::redis::RedisError) -> bool {
+    error.is_timeout()
+        || matches!(
+            error.kind(),
+            ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::ReadOnly)
+        )
+}
+
+/// Whether `error` ended a connection that was open: reset, closed or
+/// broken, not refused (a call sent again on a Redis that is down would
+/// only wait for a second refusal).
+fn dropped_midway(error: &::redis::RedisError) -> bool {
+    error.is_connection_dropped() && !error.is_connection_refusal()
 }
 
 impl RedisConnection {
@@ -90,6 +200,7 @@ impl RedisConnection {
             Inner::Cluster(Arc::new(LazyCluster {
                 client,
                 connected: RwLock::new(None),
+                generation: AtomicU64::new(0),
                 connecting: tokio::sync::Mutex::new(()),
             }))
         } else {
@@ -100,10 +211,13 @@ impl RedisConnection {
                 .set_number_of_retries(2)
                 .set_min_delay(Duration::from_millis(50))
                 .set_max_delay(config.connect_timeout);
-            Inner::Single(ConnectionManager::new_lazy_with_config(
+            let manager =
+                ConnectionManager::new_lazy_with_config(client.clone(), manager_config.clone())?;
+            Inner::Single(Arc::new(SingleNode {
                 client,
                 manager_config,
-            )?)
+                current: ArcSwap::from_pointee(manager),
+            }))
         };
         Ok(Self {
             inner,
@@ -128,8 +242,7 @@ impl RedisConnection {
 
     /// Runs one command.
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisBackendError> {
-        let mut conn = self.clone();
-        self.bounded(async move { cmd.query_async(&mut conn).await })
+        self.bounded(|mut link| async move { cmd.query_async(&mut link).await })
             .await
     }
 
@@ -140,12 +253,11 @@ impl RedisConnection {
         &self,
         call: &ScriptCall<'_>,
     ) -> Result<T, RedisBackendError> {
-        let mut conn = self.clone();
-        self.bounded(async move {
-            match call.command().query_async(&mut conn).await {
+        self.bounded(|mut link| async move {
+            match call.command().query_async(&mut link).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    call.script().load_async(&mut conn).await?;
-                    call.command().query_async(&mut conn).await
+                    call.script().load_async(&mut link).await?;
+                    call.command().query_async(&mut link).await
                 }
                 answered => answered,
             }
@@ -153,26 +265,63 @@ impl RedisConnection {
         .await
     }
 
-    async fn bounded<T>(
-        &self,
-        call: impl Future<Output = RedisResult<T>>,
-    ) -> Result<T, RedisBackendError> {
+    /// What a call is about to use.
+    fn in_use(&self) -> Used {
+        match &self.inner {
+            Inner::Single(node) => Used::Single(node.clone(), node.current.load_full()),
+            Inner::Cluster(cluster) => {
+                Used::Cluster(cluster.clone(), cluster.generation.load(Ordering::Acquire))
+            }
+        }
+    }
+
+    /// Runs `call` within the deadline, once more on one node when it found
+    /// its connection dropped, and replaces a connection that will not serve
+    /// again.
+    async fn bounded<T, F, Fut>(&self, call: F) -> Result<T, RedisBackendError>
+    where
+        F: Fn(Link) -> Fut,
+        Fut: Future<Output = RedisResult<T>>,
+    {
         let deadline = self.deadline();
-        match tokio::time::timeout(deadline, call).await {
-            // The connection's own response timeout can fire before ours:
-            // report both as a timeout.
-            Ok(Err(e)) if e.is_timeout() => Err(RedisBackendError::Timeout(deadline)),
-            Ok(result) => result.map_err(RedisBackendError::from),
-            Err(_) => Err(RedisBackendError::Timeout(deadline)),
+        let used = self.in_use();
+        let attempts = async {
+            match call(used.link()).await {
+                // redis-rs connects again after a dropped connection; one
+                // node's call is sent again on that connection (a cluster's
+                // client retries by itself).
+                Err(e) if dropped_midway(&e) && matches!(used, Used::Single(..)) => {
+                    call(self.in_use().link()).await
+                }
+                answered => answered,
+            }
+        };
+        match tokio::time::timeout(deadline, attempts).await {
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(e)) if needs_a_new_connection(&e) => {
+                used.replace();
+                // The connection's own response timeout can fire before
+                // ours: report both as a timeout.
+                Err(if e.is_timeout() {
+                    RedisBackendError::Timeout(deadline)
+                } else {
+                    RedisBackendError::from(e)
+                })
+            }
+            Ok(Err(e)) => Err(RedisBackendError::from(e)),
+            Err(_) => {
+                used.replace();
+                Err(RedisBackendError::Timeout(deadline))
+            }
         }
     }
 }
 
-impl ConnectionLike for RedisConnection {
+impl ConnectionLike for Link {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match &mut self.inner {
-            Inner::Single(manager) => manager.req_packed_command(cmd),
-            Inner::Cluster(cluster) => {
+        match self {
+            Link::Single(manager) => manager.req_packed_command(cmd),
+            Link::Cluster(cluster) => {
                 let cluster = cluster.clone();
                 Box::pin(async move {
                     let mut conn = cluster.connection().await?;
@@ -188,9 +337,9 @@ impl ConnectionLike for RedisConnection {
         offset: usize,
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
-        match &mut self.inner {
-            Inner::Single(manager) => manager.req_packed_commands(pipeline, offset, count),
-            Inner::Cluster(cluster) => {
+        match self {
+            Link::Single(manager) => manager.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(cluster) => {
                 let cluster = cluster.clone();
                 Box::pin(async move {
                     let mut conn = cluster.connection().await?;
@@ -201,9 +350,9 @@ impl ConnectionLike for RedisConnection {
     }
 
     fn get_db(&self) -> i64 {
-        match &self.inner {
-            Inner::Single(manager) => manager.get_db(),
-            Inner::Cluster(_) => 0,
+        match self {
+            Link::Single(manager) => manager.get_db(),
+            Link::Cluster(_) => 0,
         }
     }
 }

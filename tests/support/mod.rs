@@ -4,6 +4,7 @@
 
 pub mod http;
 pub mod load;
+pub mod proxy;
 pub mod redis;
 
 use chrono::{TimeZone, Utc};

@@ -1,0 +1,310 @@
+//! What a process meets when its Redis connection, rather than Redis, goes
+//! wrong, and how it comes back by itself, without a restart:
+//!
+//! - a connection whose peer falls silent (the Redis host vanished, a NAT or
+//!   a load balancer dropped the flow): the call that finds no answer in
+//!   time fails, and the next one runs on a new connection;
+//! - a failover behind one address (a DNS name now leading to the new
+//!   primary, while the open connection reaches the demoted one, which
+//!   answers `READONLY`): the next call runs on a new connection;
+//! - a refused password (a rotation done in the wrong order): once Redis
+//!   takes it, the next call connects with it;
+//! - a Redis restart: the first call after it, which finds its connection
+//!   dropped, is sent again on a new one and decided.
+//!
+//! Every Redis here is a `redis-server` the test starts; the silent
+//! connection is made by a relay on 127.0.0.1 in front of it.
+#![cfg(feature = "redis")]
+
+mod support;
+mod throttle_support;
+
+use std::net::SocketAddr;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use support::proxy::Relay;
+use support::redis::{RedisServer, free_port, raw_command};
+use support::unique_prefix;
+use suprnova::rate_limit::redis::RedisRateLimiter;
+use suprnova::rate_limit::{
+    BackendErrorPolicy, RateLimitError, RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig,
+};
+use suprnova::redis_client::{RedisConfig, RedisConnection};
+use suprnova::server::handle_request_with_peer;
+use suprnova::HttpResponse;
+use throttle_support::ok_routes;
+
+/// 200 ms to connect and 200 ms to answer: a deadline of 400 ms.
+fn short(url: &str) -> RedisConfig {
+    RedisConfig::from_url(url)
+        .unwrap()
+        .with_timeouts(Duration::from_millis(200), Duration::from_millis(200))
+}
+
+fn limiter_on(url: &str, name: &str) -> RedisRateLimiter {
+    RedisRateLimiter::new(RedisConnection::new(short(url)).unwrap())
+        .with_prefix(unique_prefix(name))
+}
+
+fn per_minute(n: u32) -> SlidingWindowConfig {
+    SlidingWindowConfig::new(n, Duration::from_secs(60))
+}
+
+/// The outcomes of `limiter`'s calls, one every 50 ms, until one is decided
+/// or `limit` has passed: the errors, then the decision.
+async fn until_decided(
+    limiter: &RedisRateLimiter,
+    limit: Duration,
+) -> (Vec<RateLimitError>, Option<bool>) {
+    let started = Instant::now();
+    let mut errors = Vec::new();
+    while started.elapsed() < limit {
+        match limiter.acquire("k", &per_minute(100)).await {
+            Ok(decision) => return (errors, Some(decision.allowed)),
+            Err(error) => errors.push(error),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    (errors, None)
+}
+
+#[tokio::test]
+async fn a_connection_that_falls_silent_is_replaced_after_the_call_that_timed_out() {
+    let server = RedisServer::start();
+    let relay = Relay::start(server.port()).await;
+    let limiter = limiter_on(&relay.url(), "silent");
+    assert!(
+        limiter
+            .acquire("k", &per_minute(100))
+            .await
+            .unwrap()
+            .allowed
+    );
+
+    relay.fall_silent();
+    let (errors, decided) = until_decided(&limiter, Duration::from_secs(10)).await;
+    // One call waits out its deadline on the silent connection; the next
+    // connects anew through the relay and is decided.
+    assert_eq!(decided, Some(true), "{errors:?}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    assert!(
+        matches!(errors[0], RateLimitError::Timeout(_)),
+        "{errors:?}"
+    );
+    // Both hits are in the one bucket on Redis.
+    let count = server.command(&format!("ZCARD {}k", limiter.prefix()));
+    assert_eq!(count.trim(), ":2");
+}
+
+#[tokio::test]
+async fn after_a_failover_behind_one_address_the_next_call_reaches_the_new_primary() {
+    let old_primary = RedisServer::start();
+    let new_primary = RedisServer::start();
+    let endpoint = Relay::start(old_primary.port()).await;
+    let limiter = limiter_on(&endpoint.url(), "failover");
+    assert!(
+        limiter
+            .acquire("k", &per_minute(100))
+            .await
+            .unwrap()
+            .allowed
+    );
+
+    // The old primary becomes a replica of the new one, and the address
+    // leads to the new primary from now on.
+    let demoted = old_primary.command(&format!("REPLICAOF 127.0.0.1 {}", new_primary.port()));
+    assert!(demoted.starts_with("+OK"), "{demoted}");
+    endpoint.retarget(new_primary.port());
+
+    let (errors, decided) = until_decided(&limiter, Duration::from_secs(10)).await;
+    assert_eq!(decided, Some(true), "{errors:?}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+    let refusal = errors[0].to_string();
+    assert!(refusal.contains("ReadOnly"), "{refusal}");
+    // The hit was counted on the new primary (the first stayed with the old
+    // one, which now copies the new one's data).
+    let count = new_primary.command(&format!("ZCARD {}k", limiter.prefix()));
+    assert_eq!(count.trim(), ":1");
+}
+
+#[tokio::test]
+async fn a_refused_password_is_tried_again_once_redis_takes_it() {
+    let server = RedisServer::start();
+    // A rotation in the wrong order: the application has the new password
+    // before Redis does.
+    let user = server.command("ACL SETUSER app on >old-secret ~* +@all");
+    assert!(user.starts_with("+OK"), "{user}");
+    let url = format!("redis://app:new-secret@127.0.0.1:{}", server.port());
+    let limiter = limiter_on(&url, "acl");
+    let refused = limiter.acquire("k", &per_minute(100)).await.unwrap_err();
+    assert!(
+        refused.to_string().contains("AuthenticationFailed"),
+        "{refused}"
+    );
+
+    let rotated = server.command("ACL SETUSER app >new-secret");
+    assert!(rotated.starts_with("+OK"), "{rotated}");
+    let (errors, decided) = until_decided(&limiter, Duration::from_secs(10)).await;
+    assert_eq!(decided, Some(true), "{errors:?}");
+    assert!(errors.is_empty(), "{errors:?}");
+}
+
+#[tokio::test]
+async fn the_first_request_after_a_restart_is_decided() {
+    let mut server = RedisServer::start();
+    let driver: Arc<dyn RateLimiterDriver> = Arc::new(limiter_on(&server.url(), "restart"));
+    let router = ok_routes(&["/login"]).middleware(
+        RateLimitMiddleware::new(driver, per_minute(5), |_req| "login".to_owned())
+            .on_backend_error(BackendErrorPolicy::FailClosed),
+    );
+    let get = || async {
+        let request = http::Request::get("/login")
+            .body(Full::<Bytes>::default())
+            .unwrap();
+        let peer: SocketAddr = "203.0.113.5:40000".parse().unwrap();
+        handle_request_with_peer(&router, request, peer).await
+    };
+    assert_eq!(get().await.status_code(), 200);
+
+    server.restart();
+    assert!(server.command("PING").starts_with("+PONG"));
+    let first: HttpResponse = get().await;
+    assert_eq!(
+        (
+            first.status_code(),
+            first.header_str("x-ratelimit-remaining")
+        ),
+        (200, Some("4")),
+        "{}",
+        first.body_text()
+    );
+}
+
+/// The nodes of a cluster reached only through relays: each node announces
+/// its relay's port, so that the client never connects to it directly.
+struct RelayedCluster {
+    nodes: Vec<std::process::Child>,
+    relays: Vec<Relay>,
+    dir: std::path::PathBuf,
+}
+
+impl RelayedCluster {
+    async fn start() -> Self {
+        let dir = std::env::temp_dir().join(format!("suprnova-relayed-{}", unique_prefix("c")));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut cluster = Self {
+            nodes: Vec::new(),
+            relays: Vec::new(),
+            dir,
+        };
+        let mut ports = Vec::new();
+        while ports.len() < 3 {
+            let port = free_port();
+            if !ports
+                .iter()
+                .any(|&p: &u16| p.abs_diff(port) == 10000 || p == port)
+            {
+                ports.push(port);
+            }
+        }
+        for &port in &ports {
+            let relay = Relay::start(port).await;
+            let child = Command::new("redis-server")
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no"])
+                .args(["--cluster-enabled", "yes", "--cluster-node-timeout", "5000"])
+                .args(["--cluster-config-file", &format!("nodes-{port}.conf")])
+                .args(["--cluster-announce-ip", "127.0.0.1"])
+                .args(["--cluster-announce-port", &relay_port(&relay).to_string()])
+                .args(["--cluster-announce-bus-port", &(port + 10000).to_string()])
+                .args(["--dir", cluster.dir.to_str().unwrap()])
+                .args(["--logfile", &format!("redis-{port}.log")])
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("start redis-server");
+            cluster.nodes.push(child);
+            cluster.relays.push(relay);
+        }
+        for &port in &ports {
+            wait_for(|| raw_command(port, "PING").is_some_and(|r| r.starts_with("+PONG"))).await;
+        }
+        let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+        let created = tokio::task::spawn_blocking(move || {
+            Command::new("redis-cli")
+                .args(["--cluster", "create"])
+                .args(&addresses)
+                .args(["--cluster-replicas", "0", "--cluster-yes"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("run redis-cli --cluster create")
+                .success()
+        })
+        .await
+        .unwrap();
+        assert!(created, "redis-cli --cluster create failed");
+        for &port in &ports {
+            wait_for(|| {
+                raw_command(port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
+            })
+            .await;
+        }
+        cluster
+    }
+
+    fn url(&self) -> String {
+        self.relays
+            .iter()
+            .map(Relay::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+}
+
+fn relay_port(relay: &Relay) -> u16 {
+    relay.url().rsplit(':').next().unwrap().parse().unwrap()
+}
+
+async fn wait_for(mut ready: impl FnMut() -> bool) {
+    support::within("a cluster node", Duration::from_secs(20), async {
+        while !ready() {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+impl Drop for RelayedCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_whose_connections_fall_silent_connects_again() {
+    let cluster = RelayedCluster::start().await;
+    let limiter = limiter_on(&cluster.url(), "cluster-silent");
+    for key in ["a", "b", "c", "d", "e"] {
+        assert!(
+            limiter
+                .acquire(key, &per_minute(100))
+                .await
+                .unwrap()
+                .allowed
+        );
+    }
+    for relay in &cluster.relays {
+        relay.fall_silent();
+    }
+    let (errors, decided) = until_decided(&limiter, Duration::from_secs(10)).await;
+    assert_eq!(decided, Some(true), "{errors:?}");
+    assert_eq!(errors.len(), 1, "{errors:?}");
+}
