@@ -12,6 +12,10 @@
 //! - a Redis restart: the first call after it, which finds its connection
 //!   dropped, is sent again on a new one and decided.
 //!
+//! And a request counted against several buckets that one of them refuses
+//! is 429 under either backend-error policy, even when another bucket's
+//! call failed.
+//!
 //! Every Redis here is a `redis-server` the test starts; the silent
 //! connection is made by a relay on 127.0.0.1 in front of it.
 #![cfg(feature = "redis")]
@@ -29,13 +33,13 @@ use http_body_util::Full;
 use support::proxy::Relay;
 use support::redis::{RedisServer, free_port, raw_command};
 use support::unique_prefix;
+use suprnova::HttpResponse;
 use suprnova::rate_limit::redis::RedisRateLimiter;
 use suprnova::rate_limit::{
     BackendErrorPolicy, RateLimitError, RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig,
 };
 use suprnova::redis_client::{RedisConfig, RedisConnection};
 use suprnova::server::handle_request_with_peer;
-use suprnova::HttpResponse;
 use throttle_support::ok_routes;
 
 /// 200 ms to connect and 200 ms to answer: a deadline of 400 ms.
@@ -307,4 +311,110 @@ async fn a_cluster_whose_connections_fall_silent_connects_again() {
     let (errors, decided) = until_decided(&limiter, Duration::from_secs(10)).await;
     assert_eq!(decided, Some(true), "{errors:?}");
     assert_eq!(errors.len(), 1, "{errors:?}");
+}
+
+// ---- over quota is 429 whatever another bucket's call did -------------------
+
+/// Makes `key` a hash, so that every string or sorted-set command on it
+/// fails (`WRONGTYPE`): a call that fails while Redis answers the others.
+fn break_key(server: &RedisServer, key: &str) {
+    server.command(&format!("DEL {key}"));
+    let broken = server.command(&format!("HSET {key} x 1"));
+    assert!(broken.starts_with(':'), "{broken}");
+}
+
+async fn get_from(router: &suprnova::Router, path: &str) -> HttpResponse {
+    let request = http::Request::get(path)
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let peer: SocketAddr = "203.0.113.5:40000".parse().unwrap();
+    handle_request_with_peer(router, request, peer).await
+}
+
+#[tokio::test]
+async fn a_throttle_over_one_limit_refuses_when_another_limits_count_cannot_be_read() {
+    use suprnova::cache::RedisStore;
+    use suprnova::{Limit, ThrottleRequestsMiddleware};
+    let server = RedisServer::start();
+    let prefix = unique_prefix("wrongtype");
+    let store = RedisStore::new(RedisConnection::new(short(&server.url())).unwrap())
+        .with_prefix(prefix.clone());
+    let app = throttle_support::limiter_app(Arc::new(store), suprnova::clock::system());
+    app.scope(async {
+        let limits = || vec![Limit::per_minute(1).by("a"), Limit::per_minute(100).by("b")];
+        let open =
+            ok_routes(&["/open"]).middleware(ThrottleRequestsMiddleware::with_limits(limits()));
+        let closed = ok_routes(&["/closed"]).middleware(
+            ThrottleRequestsMiddleware::with_limits(limits())
+                .on_backend_error(BackendErrorPolicy::FailClosed),
+        );
+        assert_eq!(get_from(&open, "/open").await.status_code(), 200);
+        break_key(&server, &format!("{prefix}b"));
+        for (router, path) in [(&open, "/open"), (&closed, "/closed")] {
+            let refused = get_from(router, path).await;
+            assert_eq!(
+                refused.status_code(),
+                429,
+                "{path}: {}",
+                refused.body_text()
+            );
+            assert_eq!(refused.header_str("x-ratelimit-limit"), Some("1"), "{path}");
+            assert!(refused.header_str("retry-after").is_some(), "{path}");
+        }
+        // With no limit full, the failure goes to the policy.
+        let only_b = || vec![Limit::per_minute(5).by("c"), Limit::per_minute(100).by("b")];
+        let open =
+            ok_routes(&["/open"]).middleware(ThrottleRequestsMiddleware::with_limits(only_b()));
+        let closed = ok_routes(&["/closed"]).middleware(
+            ThrottleRequestsMiddleware::with_limits(only_b())
+                .on_backend_error(BackendErrorPolicy::FailClosed),
+        );
+        assert_eq!(get_from(&open, "/open").await.status_code(), 200);
+        assert_eq!(get_from(&closed, "/closed").await.status_code(), 503);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn a_driver_bucket_that_refuses_decides_when_another_buckets_call_fails() {
+    use suprnova::rate_limit::identity_key;
+    let server = RedisServer::start();
+    let limiter = limiter_on(&server.url(), "ambiguous");
+    let prefix = limiter.prefix().to_owned();
+    let driver: Arc<dyn RateLimiterDriver> = Arc::new(limiter);
+    let route = |policy| {
+        ok_routes(&["/reset"]).middleware(
+            RateLimitMiddleware::new(driver.clone(), per_minute(1), |req| {
+                identity_key(req, "email", "reset")
+            })
+            .on_backend_error(policy),
+        )
+    };
+    let (open, closed) = (
+        route(BackendErrorPolicy::FailOpen),
+        route(BackendErrorPolicy::FailClosed),
+    );
+    // a@x's bucket is full; b@x's cannot be counted.
+    assert_eq!(get_from(&open, "/reset?email=a@x").await.status_code(), 200);
+    let bucket_b = identity_key(
+        &suprnova::Request::new(
+            http::Request::get("/reset?email=b@x")
+                .body(String::new())
+                .unwrap(),
+        ),
+        "email",
+        "reset",
+    );
+    break_key(&server, &format!("{prefix}{bucket_b}"));
+    // A request naming both is counted against each one's bucket.
+    for router in [&open, &closed] {
+        let refused = get_from(router, "/reset?email=a@x&email=b@x").await;
+        assert_eq!(refused.status_code(), 429, "{}", refused.body_text());
+    }
+    // Naming only b@x, the failure goes to the policy.
+    assert_eq!(get_from(&open, "/reset?email=b@x").await.status_code(), 200);
+    assert_eq!(
+        get_from(&closed, "/reset?email=b@x").await.status_code(),
+        503
+    );
 }

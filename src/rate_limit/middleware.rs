@@ -290,10 +290,12 @@ impl RateLimitMiddleware {
                 Err(error) => backend_error = backend_error.or(Some(error)),
             }
         }
-        if let Some(error) = backend_error {
-            return Err(error);
+        // A bucket that refused decides the request whatever became of the
+        // others: over quota is 429 under every backend-error policy.
+        match backend_error {
+            Some(error) if decisions.iter().all(|d| d.allowed) => Err(error),
+            _ => Ok(combine(decisions)),
         }
-        Ok(combine(decisions))
     }
 
     fn backend_failed(&self, error: &RateLimitError, request: &Request) -> Option<HttpResponse> {

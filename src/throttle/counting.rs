@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use futures_util::future::{try_join, try_join_all};
+use futures_util::future::{join_all, try_join, try_join_all};
 
 use super::headers::refusal;
 use super::one_or_more::OneOrMore;
@@ -38,6 +38,11 @@ pub(super) enum Admission {
 ///
 /// With a single limit the check is the increment itself: it refuses
 /// without counting, so a separate read would only cost a round trip.
+///
+/// A limit whose count cannot be read does not stop the check of the
+/// others: a request over another limit's quota is refused (429 under every
+/// backend-error policy); when none refuses, the error is returned and
+/// nothing is counted.
 pub(super) async fn admit(
     limiter: &CacheRateLimiter,
     limits: &[Limit],
@@ -55,14 +60,24 @@ pub(super) async fn admit(
     let mut counts = vec![0; limits.len()];
     let check_first = limits.len() > 1 || limits.iter().any(|l| !l.counts_before_response());
     if check_first {
-        let found = try_join_all(limits.iter().map(|l| limiter.attempts(&l.key))).await?;
+        // The first store error, returned only when no limit refuses.
+        let mut failed = None;
+        let found = join_all(limits.iter().map(|l| limiter.attempts(&l.key))).await;
         for (i, (limit, found)) in limits.iter().zip(found).enumerate() {
-            if found < limit.max_attempts {
-                counts[i] = found;
-            } else if let Some(refused) = refusal_if_full(limiter, limit, request).await? {
-                return Ok(Admission::Refused(refused));
+            match found {
+                Ok(found) if found < limit.max_attempts => counts[i] = found,
+                Ok(_) => match refusal_if_full(limiter, limit, request).await {
+                    Ok(Some(refused)) => return Ok(Admission::Refused(refused)),
+                    // The count outlived its window and was reset: 0 it is.
+                    Ok(None) => {}
+                    Err(error) => failed = failed.or(Some(error)),
+                },
+                Err(error) => failed = failed.or(Some(error)),
             }
-            // Else the count outlived its window and was reset: 0 it is.
+        }
+        // No limit refused; one could not be read, so none is counted.
+        if let Some(error) = failed {
+            return Err(error);
         }
     }
     let mut order: Vec<usize> = (0..limits.len())
