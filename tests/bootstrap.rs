@@ -997,6 +997,40 @@ async fn a_cluster_url_installs_redis_on_the_cluster() {
     }
 }
 
+#[tokio::test]
+async fn one_node_of_a_cluster_given_as_one_url_refuses_boot() {
+    let cluster = RedisCluster::start(3);
+    let one = format!("redis://127.0.0.1:{}", cluster.ports()[0]);
+    let why = "is one node of a Redis Cluster (its INFO says cluster_enabled:1), which answers only for its own slots: every other key would get MOVED and go to the backend-error policy. List the cluster's nodes, comma-separated redis:// URLs, or write redis+cluster://host:port";
+    let (app, refused) = boot(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", &one),
+    ])
+    .await;
+    assert_eq!(
+        refused.unwrap_err(),
+        format!("refusing to boot: RATE_LIMIT_REDIS_URL={one} {why}")
+    );
+    assert!(app.get::<dyn RateLimiterDriver>().is_none());
+    // The cache store's Redis the same way; its URL takes REDIS_CACHE_DB's
+    // database, which a cluster node would refuse to select besides.
+    let with_db = format!("{one}/0");
+    let (app, refused) = boot(&[
+        ("APP_ENV", "staging"),
+        ("CACHE_STORE", "redis"),
+        ("REDIS_URL", &with_db),
+    ])
+    .await;
+    assert_eq!(
+        refused.unwrap_err(),
+        format!(
+            "refusing to boot: the cache store's Redis, {with_db} (REDIS_URL, or REDIS_HOST and REDIS_PORT), {why}"
+        )
+    );
+    assert!(app.get::<dyn RateLimiterDriver>().is_none());
+}
+
 /// Collects what a `fmt` subscriber writes.
 #[derive(Clone, Default)]
 struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

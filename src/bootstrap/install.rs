@@ -25,6 +25,15 @@ impl BootPlan {
         for warning in &self.warnings {
             tracing::warn!("{warning}");
         }
+        #[cfg(feature = "redis")]
+        if let Some(config) = &self.cache.redis {
+            let probe = crate::redis_client::RedisConnection::new(config.clone())?;
+            let subject = format!(
+                "the cache store's Redis, {} (REDIS_URL, or REDIS_HOST and REDIS_PORT),",
+                config.redacted()
+            );
+            redis::refuse_one_node_of_a_cluster(&probe, &subject).await?;
+        }
         let (driver, redis, redis_answered): (Arc<dyn RateLimiterDriver>, _, _) = match &self.driver
         {
             DriverChoice::Memory => {
@@ -64,10 +73,34 @@ impl BootPlan {
 mod redis {
     use std::sync::Arc;
 
+    use super::super::variables::RATE_LIMIT_REDIS_URL;
     use super::super::{BootError, RedisPlan};
+    use crate::config::ConfigError;
     use crate::rate_limit::RateLimiterDriver;
     use crate::rate_limit::redis::RedisRateLimiter;
     use crate::redis_client::RedisConnection;
+
+    /// Why one node of a cluster, given as a single URL, is refused.
+    const ONE_NODE_OF_A_CLUSTER: &str = "is one node of a Redis Cluster (its INFO says \
+        cluster_enabled:1), which answers only for its own slots: every other key would get \
+        MOVED and go to the backend-error policy. List the cluster's nodes, comma-separated \
+        redis:// URLs, or write redis+cluster://host:port";
+
+    /// Refuses `connection`, named `subject` in the refusal, when it is one
+    /// URL that leads to a node of a Redis Cluster. A Redis that does not
+    /// answer yet is not refused.
+    pub(super) async fn refuse_one_node_of_a_cluster(
+        connection: &RedisConnection,
+        subject: &str,
+    ) -> Result<(), BootError> {
+        if connection.config().is_cluster() || connection.is_cluster_node().await != Some(true) {
+            return Ok(());
+        }
+        Err(ConfigError::Refused(format!(
+            "refusing to boot: {subject} {ONE_NODE_OF_A_CLUSTER}"
+        ))
+        .into())
+    }
 
     /// The Redis driver over a lazy connection, and whether Redis answered a
     /// `PING` within the timeouts.
@@ -76,7 +109,11 @@ mod redis {
     ) -> Result<(Arc<dyn RateLimiterDriver>, bool), BootError> {
         let connection = RedisConnection::new(plan.config.clone())?;
         let answered = match connection.ping().await {
-            Ok(()) => true,
+            Ok(()) => {
+                let subject = format!("{RATE_LIMIT_REDIS_URL}={}", plan.config.redacted());
+                refuse_one_node_of_a_cluster(&connection, &subject).await?;
+                true
+            }
             Err(error) => {
                 tracing::warn!(
                     redis = %plan.config.redacted(),

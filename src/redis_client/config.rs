@@ -23,6 +23,10 @@ use crate::config::{ConfigError, Env};
 /// | `redis://a:7000,redis://b:7001,redis://c:7002` | a Redis Cluster, given by its nodes |
 /// | `redis+cluster://a:7000` (or `rediss+cluster://`) | a Redis Cluster, given by one or more seed nodes |
 ///
+/// TLS (`rediss://`) checks the server's certificate against the public web
+/// roots (Mozilla's, built in); `#insecure`, which would skip the check, is
+/// refused.
+///
 /// A Redis Cluster has only database 0, and its nodes are all asked with one
 /// username and password and all reached over TLS or all not: a cluster URL
 /// that names another database, or whose nodes differ in these, is refused.
@@ -132,6 +136,14 @@ impl RedisConfig {
                     node,
                     "a Unix socket is given by its absolute path, as in \
                      unix:///run/redis/redis.sock",
+                ));
+            }
+            if scheme_of(node).starts_with("rediss") && node.ends_with("#insecure") {
+                return Err(refuse(
+                    node,
+                    "#insecure (TLS without checking the certificate) is not available: \
+                     certificates are checked against the public web roots, so give Redis a \
+                     certificate they trust",
                 ));
             }
             let info = node
@@ -468,6 +480,10 @@ mod tests {
             );
         }
         assert!(RedisConfig::from_url("redis://a:7000/0,redis://b:7001/0").is_ok());
+        assert_eq!(
+            reason("rediss://h:6380/#insecure"),
+            "#insecure (TLS without checking the certificate) is not available: certificates are checked against the public web roots, so give Redis a certificate they trust"
+        );
         assert_eq!(
             reason("redis://u:p@a:7000,redis://b:7001"),
             "every node of a Redis Cluster is asked with the same username and password; give them on every URL, or once on the first seed of redis+cluster://"

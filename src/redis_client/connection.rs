@@ -240,6 +240,14 @@ impl RedisConnection {
         self.query::<String>(&::redis::cmd("PING")).await.map(drop)
     }
 
+    /// Whether the node answering is one of a Redis Cluster (its `INFO
+    /// cluster` says `cluster_enabled:1`); `None` when it does not answer or
+    /// refuses `INFO` (an ACL user without it).
+    pub(crate) async fn is_cluster_node(&self) -> Option<bool> {
+        let info: String = self.query(::redis::cmd("INFO").arg("cluster")).await.ok()?;
+        Some(info.contains("cluster_enabled:1"))
+    }
+
     /// Runs one command.
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisBackendError> {
         self.bounded(|mut link| async move { cmd.query_async(&mut link).await })
