@@ -715,14 +715,27 @@ async fn an_unrecognised_value_outside_production_installs_memory_and_reports_th
 
 #[tokio::test]
 async fn a_refused_boot_installs_nothing() {
-    for pairs in [
-        vec![],
-        vec![("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", "Redis")],
-        vec![("APP_ENV", "local"), ("APP_TRUSTED_PROXIES", "0.0.0.0/0")],
-        vec![("APP_ENV", "local"), ("RATE_LIMIT_DRIVER", "redis")],
+    let every_address = "APP_TRUSTED_PROXIES=\"0.0.0.0/0\" is invalid: \"0.0.0.0/0\" covers every address, so every client would be a trusted proxy and choose the address it is limited by; list only the addresses and ranges of your proxies".to_owned();
+    let no_url = format!(
+        "RATE_LIMIT_REDIS_URL is unset: RATE_LIMIT_DRIVER=redis needs the address of Redis, {URL_FORMS}"
+    );
+    for (pairs, refusal) in [
+        (vec![], unset_refusal()),
+        (
+            vec![("APP_ENV", "production"), ("RATE_LIMIT_DRIVER", "Redis")],
+            unrecognised_refusal("Redis", " (did you mean redis?)"),
+        ),
+        (
+            vec![("APP_ENV", "local"), ("APP_TRUSTED_PROXIES", "0.0.0.0/0")],
+            every_address,
+        ),
+        (
+            vec![("APP_ENV", "local"), ("RATE_LIMIT_DRIVER", "redis")],
+            no_url,
+        ),
     ] {
         let (app, result) = boot(&pairs).await;
-        assert!(result.is_err(), "{pairs:?} booted");
+        assert_eq!(result.unwrap_err(), refusal, "{pairs:?}");
         assert!(app.get::<dyn RateLimiterDriver>().is_none(), "{pairs:?}");
         assert!(app.get::<TrustedProxies>().is_none(), "{pairs:?}");
     }

@@ -446,7 +446,8 @@ async fn a_stopped_redis_errors_within_the_timeout_and_a_restart_recovers() {
     server.stop();
     for _ in 0..5 {
         fails_within(&limiter, deadline).await;
-        assert!(limiter.retry_after("k", &cfg).await.is_err());
+        let err = limiter.retry_after("k", &cfg).await.unwrap_err();
+        assert!(err.is_backend(), "{err:?}");
     }
 
     server.restart();

@@ -44,11 +44,17 @@ async fn three_node_cluster_pings_and_writes_through_the_cluster() {
         let got: String = conn.query(redis::cmd("GET").arg(key)).await.unwrap();
         assert_eq!(got, format!("v-{key}"));
     }
-    // The keys are really spread over the masters.
-    let holders = cluster
-        .ports()
-        .into_iter()
-        .filter(|p| raw_command(*p, "DBSIZE").is_some_and(|r| r.trim() != ":0"))
-        .count();
-    assert!(holders >= 2, "all keys landed on one master");
+    // Each key is on the master of its slot, and on no other.
+    let keys = ["alpha", "beta", "gamma", "delta", "epsilon"];
+    for port in cluster.ports() {
+        let held = keys.iter().filter(|k| cluster.node_of(k) == port).count();
+        let size = raw_command(port, "DBSIZE").unwrap();
+        assert_eq!(size.trim(), format!(":{held}"), "node {port}");
+    }
+    let masters: std::collections::BTreeSet<u16> =
+        keys.iter().map(|k| cluster.node_of(k)).collect();
+    assert!(
+        masters.len() > 1,
+        "the keys were chosen to spread: {masters:?}"
+    );
 }
