@@ -87,9 +87,10 @@ impl SingleNode {
 
 struct LazyCluster {
     client: ClusterClient,
-    /// The connection, with the number it was made under.
-    connected: RwLock<Option<(u64, ClusterConnection)>>,
-    /// The number of the connection that is, or will be, in use.
+    connected: RwLock<Option<ClusterConnection>>,
+    /// The number of the connection that is, or will be, in use: a call
+    /// that fails drops the connection only while this is still the
+    /// number it started under.
     generation: AtomicU64,
     connecting: tokio::sync::Mutex<()>,
 }
@@ -104,9 +105,7 @@ impl LazyCluster {
             return Ok(conn);
         }
         let conn = self.client.get_async_connection().await?;
-        let generation = self.generation.load(Ordering::Acquire);
-        *self.connected.write().unwrap_or_else(|e| e.into_inner()) =
-            Some((generation, conn.clone()));
+        *self.connected.write().unwrap_or_else(|e| e.into_inner()) = Some(conn.clone());
         Ok(conn)
     }
 
@@ -114,8 +113,7 @@ impl LazyCluster {
         self.connected
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-            .map(|(_, conn)| conn.clone())
+            .clone()
     }
 
     /// Drops the connection made under `generation`, so that the next call
@@ -145,16 +143,16 @@ enum Link {
 
 /// What a call used, so that a failure replaces that connection and not a
 /// newer one.
-enum Used {
-    Single(Arc<SingleNode>, Arc<ConnectionManager>),
-    Cluster(Arc<LazyCluster>, u64),
+enum Used<'a> {
+    Single(&'a SingleNode, Arc<ConnectionManager>),
+    Cluster(&'a Arc<LazyCluster>, u64),
 }
 
-impl Used {
+impl Used<'_> {
     fn link(&self) -> Link {
         match self {
             Used::Single(_, manager) => Link::Single(ConnectionManager::clone(manager)),
-            Used::Cluster(cluster, _) => Link::Cluster(cluster.clone()),
+            Used::Cluster(cluster, _) => Link::Cluster(Arc::clone(cluster)),
         }
     }
 
@@ -274,11 +272,11 @@ impl RedisConnection {
     }
 
     /// What a call is about to use.
-    fn in_use(&self) -> Used {
+    fn in_use(&self) -> Used<'_> {
         match &self.inner {
-            Inner::Single(node) => Used::Single(node.clone(), node.current.load_full()),
+            Inner::Single(node) => Used::Single(node, node.current.load_full()),
             Inner::Cluster(cluster) => {
-                Used::Cluster(cluster.clone(), cluster.generation.load(Ordering::Acquire))
+                Used::Cluster(cluster, cluster.generation.load(Ordering::Acquire))
             }
         }
     }
