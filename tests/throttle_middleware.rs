@@ -162,6 +162,50 @@ async fn with_counts_each_caller_on_each_path_under_its_prefix() {
         .await;
 }
 
+/// `with` counts per route, not per value of the route's parameters: ten
+/// ids of `/items/{id}` share one bucket, in process and over HTTP.
+#[tokio::test]
+async fn with_counts_every_value_of_a_path_parameter_in_the_routes_bucket() {
+    let clock = clock_at(12, 0, 0);
+    let app = app_on(&clock);
+    let items = || {
+        Router::new()
+            .get("/items/{id}", |req: Request| async move {
+                HttpResponse::text(format!("item {}", req.param("id").unwrap_or_default()))
+            })
+            .middleware(ThrottleRequestsMiddleware::with(2, 1, ""))
+    };
+    app.scope(async {
+        let router = items();
+        let mut statuses = Vec::new();
+        for id in 1..=10 {
+            statuses.push(
+                get(&router, &format!("/items/{id}"), GUEST)
+                    .await
+                    .status_code(),
+            );
+        }
+        assert_eq!(statuses, [200, 200, 429, 429, 429, 429, 429, 429, 429, 429]);
+        assert_eq!(attempts("ip:203.0.113.5:path:/items/{id}").await, 2);
+    })
+    .await;
+    let server = app.scope(support::http::TestServer::start(items())).await;
+    let mut statuses = Vec::new();
+    for id in 1..=4 {
+        let request = http::Request::get(server.url(&format!("/items/{id}")))
+            .body(Full::default())
+            .unwrap();
+        statuses.push(
+            server
+                .send_from("127.0.0.9".parse().unwrap(), request)
+                .await
+                .status,
+        );
+    }
+    assert_eq!(statuses, [200, 200, 429, 429]);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn nested_throttles_report_the_tighter_pair() {
     let clock = clock_at(12, 0, 0);

@@ -39,6 +39,8 @@ pub struct Request {
     parts: Box<http::request::Parts>,
     body: BodyState,
     peer: Option<SocketAddr>,
+    /// The route the router matched, in its one spelling.
+    route: Option<Arc<str>>,
     params: Vec<(String, String)>,
     /// `None` trusts no proxy, as does a list with nothing in it.
     proxies: Option<Arc<TrustedProxies>>,
@@ -77,6 +79,7 @@ impl Request {
             parts: Box::new(parts),
             body,
             peer: None,
+            route: None,
             params: Vec::new(),
             proxies: None,
             holds: Vec::new(),
@@ -113,7 +116,9 @@ impl Request {
     /// The path as the router matches it, for a bucket key: see
     /// [`route_path`](crate::keys::route_path). Key a per-path limit on
     /// this rather than on [`path`](Self::path), whose spellings of one
-    /// route (`/login/`, `//login`) would each get a bucket of their own.
+    /// route (`/login/`, `//login`) would each get a bucket of their own;
+    /// for a per-route limit, key on [`matched_route`](Self::matched_route),
+    /// under which every value of a route's parameters counts too.
     pub fn route_path(&self) -> std::borrow::Cow<'_, str> {
         crate::keys::route_path(self.path())
     }
@@ -163,7 +168,30 @@ impl Request {
             .map(|(_, v)| v.as_str())
     }
 
-    pub(crate) fn set_params(&mut self, params: Vec<(String, String)>) {
+    /// The route the router matched, as registered, in one spelling: its
+    /// segments joined by single slashes, its parameters as written
+    /// (`/items/{id}`). `None` for a request no router has matched (one
+    /// built by hand). Key a per-route limit on this: every value of a
+    /// parameter, and every spelling of the path, is one route.
+    ///
+    /// ```
+    /// use suprnova::{HttpResponse, Request, Router};
+    /// use suprnova::server::handle_request;
+    ///
+    /// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+    /// let router = Router::new().get("/items/{id}/", |req: Request| async move {
+    ///     HttpResponse::text(req.matched_route().unwrap_or_default().to_owned())
+    /// });
+    /// let req = http::Request::get("/items/7").body(String::new()).unwrap();
+    /// assert_eq!(handle_request(&router, req).await.body_text(), "/items/{id}");
+    /// # });
+    /// ```
+    pub fn matched_route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+
+    pub(crate) fn set_route(&mut self, route: Arc<str>, params: Vec<(String, String)>) {
+        self.route = Some(route);
         self.params = params;
     }
 

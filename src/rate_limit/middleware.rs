@@ -74,7 +74,7 @@ pub(super) enum LimiterSource {
 ///         max_requests: 100,
 ///         window: Duration::from_secs(60),
 ///     },
-///     |req| format!("route:{}", req.route_path()),
+///     |req| format!("route:{}", req.matched_route().unwrap_or_default()),
 /// )
 /// .on_backend_error(BackendErrorPolicy::FailClosed);
 /// # mw

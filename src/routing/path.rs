@@ -1,5 +1,7 @@
 //! Route paths: literal segments and `{param}` segments.
 
+use std::sync::Arc;
+
 /// One segment of a route path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -12,6 +14,10 @@ enum Segment {
 pub(crate) struct PathPattern {
     raw: String,
     segments: Vec<Segment>,
+    /// The route in one spelling: its segments joined by single slashes,
+    /// with no trailing one (`/users/{id}/posts`); shared with every request
+    /// it matches.
+    canonical: Arc<str>,
 }
 
 impl PathPattern {
@@ -38,10 +44,47 @@ impl PathPattern {
                 segments.push(Segment::Literal(part.to_owned()));
             }
         }
+        let mut canonical = String::with_capacity(raw.len());
+        for segment in &segments {
+            canonical.push('/');
+            match segment {
+                Segment::Literal(literal) => canonical.push_str(literal),
+                Segment::Param(name) => {
+                    canonical.push('{');
+                    canonical.push_str(name);
+                    canonical.push('}');
+                }
+            }
+        }
+        if canonical.is_empty() {
+            canonical.push('/');
+        }
         Ok(Self {
             raw: raw.to_owned(),
             segments,
+            canonical: canonical.into(),
         })
+    }
+
+    /// The route in one spelling (`/users/{id}` for `/users/{id}/`).
+    pub(crate) fn canonical(&self) -> &Arc<str> {
+        &self.canonical
+    }
+
+    /// Whether `self` and `other` match the same request paths: the same
+    /// literal segments with parameters in the same places, whatever the
+    /// parameters are named or the slashes written.
+    pub(crate) fn matches_as(&self, other: &PathPattern) -> bool {
+        self.segments.len() == other.segments.len()
+            && self
+                .segments
+                .iter()
+                .zip(&other.segments)
+                .all(|pair| match pair {
+                    (Segment::Literal(a), Segment::Literal(b)) => a == b,
+                    (Segment::Param(_), Segment::Param(_)) => true,
+                    _ => false,
+                })
     }
 
     /// The path as it was registered.

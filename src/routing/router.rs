@@ -126,7 +126,7 @@ impl Router {
         if self
             .routes
             .iter()
-            .any(|r| r.method == method && r.path == pattern)
+            .any(|r| r.method == method && r.path.matches_as(&pattern))
         {
             self.errors.push(RouteError::Duplicate {
                 method: method.to_string(),
@@ -172,8 +172,20 @@ impl Router {
     }
 
     /// Wraps every route registered so far in `middleware`, inside the
-    /// middleware added before it.
+    /// middleware added before it. Added before any route, it would wrap
+    /// nothing: that is recorded as a [`RouteError::NoRoutes`], which
+    /// [`Router::validate`] returns and [`serve`](crate::server::serve)
+    /// refuses to start with.
     pub fn middleware(self, middleware: impl Middleware) -> Self {
+        if self.routes.is_empty() {
+            let mut this = self;
+            this.errors.push(RouteError::NoRoutes {
+                spec: std::any::type_name_of_val(&middleware).to_owned(),
+                reason: "middleware wraps the routes registered before it; add it after them"
+                    .to_owned(),
+            });
+            return this;
+        }
         self.push_middleware(Arc::new(middleware), None)
     }
 
@@ -246,7 +258,7 @@ impl Router {
             if self
                 .routes
                 .iter()
-                .any(|r| r.method == route.method && r.path == route.path)
+                .any(|r| r.method == route.method && r.path.matches_as(&route.path))
             {
                 self.errors.push(RouteError::Duplicate {
                     method: route.method.to_string(),
@@ -323,17 +335,25 @@ impl Router {
             return Err(HttpResponse::text("500 Internal Server Error").status(500));
         }
         let mut allowed: Vec<&Method> = Vec::new();
+        // A `GET` route answers `HEAD` unless a `HEAD` route of its own does.
+        let mut get_for_head = None;
         for (index, route) in self.routes.iter().enumerate() {
             let Some(params) = route.path.matches(request.path()) else {
                 continue;
             };
             let method = request.method();
-            let head_on_get = method == Method::HEAD && route.method == Method::GET;
-            if route.method != method && !head_on_get {
-                allowed.push(&route.method);
+            if route.method == method {
+                request.set_route(route.path.canonical().clone(), params);
+                return Ok(index);
+            }
+            if method == Method::HEAD && route.method == Method::GET {
+                get_for_head.get_or_insert((index, params));
                 continue;
             }
-            request.set_params(params);
+            allowed.push(&route.method);
+        }
+        if let Some((index, params)) = get_for_head {
+            request.set_route(self.routes[index].path.canonical().clone(), params);
             return Ok(index);
         }
         if allowed.is_empty() {
@@ -417,6 +437,109 @@ mod tests {
 
     fn get() -> Request {
         Request::new(http::Request::get("/").body(String::new()).unwrap())
+    }
+
+    async fn answer(router: &Router, method: Method, path: &str) -> HttpResponse {
+        let request = http::Request::builder()
+            .method(method)
+            .uri(path)
+            .body(String::new())
+            .unwrap();
+        router.dispatch(Request::new(request)).await
+    }
+
+    #[test]
+    fn routes_that_match_the_same_paths_are_duplicates() {
+        for (first, second) in [
+            ("/login", "/login/"),
+            ("/login", "//login"),
+            ("/users/{id}", "/users/{name}"),
+        ] {
+            let router = Router::new()
+                .get(first, |_req: Request| async { "first" })
+                .get(second, |_req: Request| async { "second" });
+            assert_eq!(
+                router.validate().unwrap_err(),
+                RouteError::Duplicate {
+                    method: "GET".to_owned(),
+                    path: second.to_owned()
+                },
+                "{first} then {second}"
+            );
+            let merged = Router::new()
+                .get(first, |_req: Request| async { "first" })
+                .merge(Router::new().get(second, |_req: Request| async { "second" }));
+            assert!(merged.validate().is_err(), "merged {first} and {second}");
+        }
+        let distinct = Router::new()
+            .get("/users/{id}", |_req: Request| async { "a" })
+            .get("/users/{id}/posts", |_req: Request| async { "b" })
+            .post("/users/{id}", |_req: Request| async { "c" });
+        assert!(distinct.validate().is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_head_route_answers_head_before_the_get_route() {
+        let router = Router::new()
+            .get("/login", |_req: Request| async {
+                HttpResponse::text("page")
+            })
+            .route(Method::HEAD, "/login", |_req: Request| async {
+                HttpResponse::new().header("x-head", "own")
+            });
+        assert!(router.validate().is_ok());
+        let head = answer(&router, Method::HEAD, "/login").await;
+        assert_eq!(head.header_str("x-head"), Some("own"));
+        let get = answer(&router, Method::GET, "/login").await;
+        assert_eq!(get.body_text(), "page");
+        // Without one, GET's route answers HEAD.
+        let only_get = Router::new().get("/a", |_req: Request| async { HttpResponse::text("a") });
+        assert_eq!(
+            answer(&only_get, Method::HEAD, "/a").await.status_code(),
+            200
+        );
+    }
+
+    #[tokio::test]
+    async fn middleware_added_before_any_route_is_an_error() {
+        let router = Router::new()
+            .middleware(Pass)
+            .post("/login", |_req: Request| async { "welcome" });
+        let error = router.validate().unwrap_err();
+        assert!(matches!(error, RouteError::NoRoutes { .. }), "{error:?}");
+        assert!(error.to_string().contains("Pass"), "{error}");
+        assert!(
+            error
+                .to_string()
+                .ends_with("middleware wraps the routes registered before it; add it after them"),
+            "{error}"
+        );
+        // A router with errors serves nothing.
+        assert_eq!(
+            answer(&router, Method::POST, "/login").await.status_code(),
+            500
+        );
+    }
+
+    #[tokio::test]
+    async fn the_matched_route_is_the_route_in_one_spelling() {
+        let router = Router::new().get("/items//{id}/", |req: Request| async move {
+            HttpResponse::text(format!(
+                "{} {}",
+                req.matched_route().unwrap_or_default(),
+                req.param("id").unwrap_or_default()
+            ))
+        });
+        for path in ["/items/7", "//items/7/"] {
+            assert_eq!(
+                answer(&router, Method::GET, path).await.body_text(),
+                "/items/{id} 7"
+            );
+        }
+        let root = Router::new().get("/", |req: Request| async move {
+            HttpResponse::text(req.matched_route().unwrap_or_default().to_owned())
+        });
+        assert_eq!(answer(&root, Method::GET, "/").await.body_text(), "/");
     }
 
     // Through a handle, a request in flight holds clones of the handle and

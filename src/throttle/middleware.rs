@@ -38,14 +38,16 @@ pub const DEFAULT_DECAY_SECONDS: i64 = 60;
 /// `<key>:attempts:<max>:decay:<seconds>`, so a per-second and a
 /// per-minute limit on one address keep two counters.
 ///
-/// [`prefix(p)`](Self::prefix) puts `p:` before every key, to give a group
-/// of routes a budget of its own (Laravel concatenates the prefix with no
-/// separator). The user is [`Request::user_id`]: run the middleware that
+/// [`prefix(p)`](Self::prefix) puts `p:` before every key, so that a group
+/// of routes counts apart from the same limit elsewhere (Laravel
+/// concatenates the prefix with no separator); it does not join the routes
+/// of [`with`](Self::with), each of which counts in its own bucket. The user is [`Request::user_id`]: run the middleware that
 /// signs the user in before this one. The address is [`Request::ip`], so
 /// the trusted proxies apply, an IPv6 address counted with its /64
-/// ([`bucket_address`](crate::keys::bucket_address)); the path is
-/// [`Request::route_path`], so each spelling of a route the router serves
-/// (`/login/`, `//login`) counts in its bucket. A request with no address (one made in
+/// ([`bucket_address`](crate::keys::bucket_address)); the path is the
+/// route the router matched, as registered ([`Request::matched_route`],
+/// `/items/{id}`), so every value of its parameters and each spelling of
+/// its path (`/login/`, `//login`) count in the route's bucket. A request with no address (one made in
 /// process, with no peer) gets a bucket of its own. The facade cleans every
 /// key once, as Laravel's does.
 ///
