@@ -470,3 +470,47 @@ async fn a_connection_without_a_first_request_is_closed_after_the_header_read_ti
     let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
     assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
 }
+
+/// A handler's own `Content-Length` that is not its body's, or a
+/// `Transfer-Encoding`, does not reach the wire: the response carries its
+/// body's length, and the next response on the connection reads whole.
+#[tokio::test]
+async fn a_handlers_wrong_content_length_does_not_break_the_connection() {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let router = Router::new()
+        .get("/sized", |_req: Request| async {
+            HttpResponse::text("hello world")
+                .header("Content-Length", "5")
+                .header("Transfer-Encoding", "chunked")
+        })
+        .get("/hello", |_req: Request| async {
+            HttpResponse::text("hello")
+        });
+    let server = TestServer::start(router).await;
+    let mut stream = tokio::net::TcpStream::connect(server.addr()).await.unwrap();
+    stream
+        .write_all(
+            b"GET /sized HTTP/1.1\r\nHost: x\r\n\r\nGET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        )
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
+        .await
+        .expect("both answers within 5 s")
+        .unwrap();
+    let answers: Vec<&str> = answer
+        .split("HTTP/1.1 ")
+        .filter(|a| !a.is_empty())
+        .collect();
+    assert_eq!(answers.len(), 2, "{answer:?}");
+    assert!(answers[0].starts_with("200 OK"), "{answer:?}");
+    assert!(answers[0].contains("content-length: 11\r\n"), "{answer:?}");
+    assert!(!answers[0].contains("transfer-encoding"), "{answer:?}");
+    assert!(answers[0].ends_with("\r\n\r\nhello world"), "{answer:?}");
+    assert!(answers[1].starts_with("200 OK"), "{answer:?}");
+    assert!(answers[1].ends_with("\r\n\r\nhello"), "{answer:?}");
+    server.stop().await;
+}

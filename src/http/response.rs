@@ -2,7 +2,7 @@
 //! returns.
 
 use bytes::Bytes;
-use http::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue, TRANSFER_ENCODING};
 use http::{HeaderMap, StatusCode};
 use http_body_util::Full;
 
@@ -163,10 +163,31 @@ impl HttpResponse {
     }
 
     /// Converts into an `http::Response` for hyper.
+    ///
+    /// The body's length is known, and hyper writes it: a
+    /// `Transfer-Encoding` the handler set is left out, and so is a
+    /// `Content-Length` that differs from the body's (an empty body keeps
+    /// it, as the answer to a `HEAD` does). Sent as set, either would give
+    /// a head that disagrees with the body, and the client would read the
+    /// rest of the body as the next response.
     pub fn into_http(self) -> http::Response<Full<Bytes>> {
+        let mut headers = *self.headers;
+        headers.remove(TRANSFER_ENCODING);
+        if !self.body.is_empty()
+            && headers
+                .get(CONTENT_LENGTH)
+                .is_some_and(|length| length.as_bytes() != self.body.len().to_string().as_bytes())
+        {
+            tracing::warn!(
+                length = ?headers.get(CONTENT_LENGTH),
+                body = self.body.len(),
+                "a Content-Length that is not the body's length left out"
+            );
+            headers.remove(CONTENT_LENGTH);
+        }
         let mut response = http::Response::new(Full::new(self.body));
         *response.status_mut() = self.status;
-        *response.headers_mut() = *self.headers;
+        *response.headers_mut() = headers;
         *response.extensions_mut() = self.extensions;
         response
     }
