@@ -35,7 +35,7 @@ use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::container::App;
 use crate::http::{BoxError, HttpResponse, Request, TrustedProxies};
-use crate::routing::{ConnectionRouter, RouteError, Router};
+use crate::routing::{ConnectionRouter, RouteError, Router, panicked};
 use crate::ws::Sessions;
 
 /// How long a graceful shutdown waits for open connections to finish.
@@ -363,12 +363,6 @@ fn catching_panics<F: Future<Output = HttpResponse>>(
         ),
         Err(_) => Either::Right(std::future::ready(panicked())),
     }
-}
-
-/// The answer to a request whose handler or middleware panicked.
-fn panicked() -> HttpResponse {
-    tracing::error!("a handler or middleware panicked; answering 500");
-    HttpResponse::text("500 Internal Server Error").status(500)
 }
 
 /// Tells a connection's task that its first request has arrived. Each

@@ -206,6 +206,48 @@ async fn with_counts_every_value_of_a_path_parameter_in_the_routes_bucket() {
     server.stop().await;
 }
 
+/// A handler that panics answers 500 inside its route's middleware: an
+/// `after` limit counting failures counts it, refuses the third, and every
+/// answer carries the throttle's headers.
+#[tokio::test]
+async fn a_panicking_handler_is_counted_by_an_after_limit_and_carries_the_headers() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = Router::new()
+                .post("/login", |req: Request| async move {
+                    if req.query_param("user").as_deref() == Some("crash") {
+                        panic!("a bug any caller can reach");
+                    }
+                    HttpResponse::text("bad password").status(401)
+                })
+                .middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_minute(2)
+                        .by("login:203.0.113.5")
+                        .after(|r| r.status_code() >= 400),
+                ]));
+            let mut answers = Vec::new();
+            for _ in 0..4 {
+                let request = http::Request::post("/login?user=crash")
+                    .body(Full::<Bytes>::default())
+                    .unwrap();
+                let r = handle_request_with_peer(&router, request, GUEST.parse().unwrap()).await;
+                answers.push((r.status_code(), remaining(&r).map(str::to_owned)));
+            }
+            assert_eq!(
+                answers,
+                [
+                    (500, Some("1".to_owned())),
+                    (500, Some("0".to_owned())),
+                    (429, Some("0".to_owned())),
+                    (429, Some("0".to_owned())),
+                ]
+            );
+            assert_eq!(attempts("login:203.0.113.5").await, 2);
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn nested_throttles_report_the_tighter_pair() {
     let clock = clock_at(12, 0, 0);

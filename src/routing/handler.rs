@@ -1,10 +1,12 @@
 //! Handlers: the function at the end of a route's chain.
 
 use std::future::Future;
+use std::panic::AssertUnwindSafe;
 
+use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 
-use crate::http::{IntoResponse, Request, Response};
+use crate::http::{HttpResponse, IntoResponse, Request, Response};
 
 /// The function a route runs after its middleware.
 ///
@@ -22,8 +24,26 @@ where
     Fut: Future<Output = R> + Send + 'static,
     R: IntoResponse,
 {
+    /// A panic of the handler, making its future or running it, is its
+    /// route's answer, `500`, inside the route's middleware: a throttle still
+    /// counts the request (its `after` callbacks see the 500) and adds its
+    /// headers, as Laravel's pipeline turns an exception into a response
+    /// before its throttle sees it.
     fn call(&self, request: Request) -> BoxFuture<'static, Response> {
-        let fut = self(request);
-        Box::pin(async move { fut.await.into_response() })
+        match std::panic::catch_unwind(AssertUnwindSafe(|| self(request))) {
+            Ok(fut) => Box::pin(async move {
+                match AssertUnwindSafe(fut).catch_unwind().await {
+                    Ok(answer) => answer.into_response(),
+                    Err(_) => Ok(panicked()),
+                }
+            }),
+            Err(_) => Box::pin(std::future::ready(Ok(panicked()))),
+        }
     }
+}
+
+/// The answer to a request whose handler or middleware panicked.
+pub(crate) fn panicked() -> HttpResponse {
+    tracing::error!("a handler or middleware panicked; answering 500");
+    HttpResponse::text("500 Internal Server Error").status(500)
 }

@@ -8,4 +8,5 @@ mod router;
 pub use handler::Handler;
 pub use router::{RouteError, RouteInfo, Router};
 
+pub(crate) use handler::panicked;
 pub(crate) use router::ConnectionRouter;
