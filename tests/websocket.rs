@@ -359,3 +359,101 @@ async fn a_shutdown_closes_open_sockets_going_away_and_waits_for_them() {
         .unwrap();
     assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 0);
 }
+
+// ---- what a peer may send ---------------------------------------------------
+
+/// A handshake over raw TCP: the stream and the response head.
+async fn raw_handshake(server: SocketAddr, version: &str) -> (TcpStream, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = TcpStream::connect(server).await.unwrap();
+    let request = format!(
+        "GET /ws {version}\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0_u8; 1];
+    support::within("a handshake's answer", Duration::from_secs(5), async {
+        while !head.ends_with(b"\r\n\r\n") {
+            assert_eq!(
+                stream.read(&mut byte).await.unwrap(),
+                1,
+                "closed in the head"
+            );
+            head.push(byte[0]);
+        }
+    })
+    .await;
+    (stream, String::from_utf8(head).unwrap())
+}
+
+/// The close code of the server's next frame, which must be a close.
+async fn close_code(stream: &mut TcpStream) -> Option<u16> {
+    use tokio::io::AsyncReadExt;
+    support::within("the server's close frame", Duration::from_secs(5), async {
+        let mut head = [0_u8; 2];
+        stream.read_exact(&mut head).await.unwrap();
+        assert_eq!(head[0] & 0x0f, 0x8, "not a close frame: {head:?}");
+        let mut payload = vec![0_u8; usize::from(head[1] & 0x7f)];
+        stream.read_exact(&mut payload).await.unwrap();
+        payload.get(..2).map(|c| u16::from_be_bytes([c[0], c[1]]))
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_message_over_the_limit_closes_the_socket_with_1009() {
+    let server = TestServer::start(ws!("/ws", Echo)).await;
+    let mut client = connect(server.addr(), "127.0.0.1", "/ws").await.unwrap();
+    // Under the limit, a message goes through.
+    let long = "x".repeat(600 * 1024);
+    client.send(Message::text(long.clone())).await.unwrap();
+    assert_eq!(next_text(&mut client).await, format!("127.0.0.1 {long}"));
+    // Over it, the socket is closed as too big.
+    let over = vec![0_u8; suprnova::ws::MAX_MESSAGE_SIZE + 1];
+    client.send(Message::binary(over)).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("no answer in time");
+    match answer {
+        Some(Ok(Message::Close(Some(frame)))) => assert_eq!(u16::from(frame.code), 1009),
+        other => panic!("expected a close with 1009, got {other:?}"),
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_frame_that_breaks_the_protocol_closes_the_socket_with_1002() {
+    use tokio::io::AsyncWriteExt;
+    let server = TestServer::start(ws!("/ws", Echo)).await;
+    let (mut stream, head) = raw_handshake(server.addr(), "HTTP/1.1").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // Opcode 0x3 is reserved; masked with a zero key, one byte of payload.
+    stream
+        .write_all(&[0x83, 0x81, 0, 0, 0, 0, b'x'])
+        .await
+        .unwrap();
+    assert_eq!(close_code(&mut stream).await, Some(1002));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_http_1_0_handshake_is_refused_with_400() {
+    use tokio::io::AsyncReadExt;
+    let server = TestServer::start(ws!("/ws", Echo)).await;
+    let (mut stream, head) = raw_handshake(server.addr(), "HTTP/1.0").await;
+    assert!(head.starts_with("HTTP/1.0 400 Bad Request\r\n"), "{head}");
+    let mut body = String::new();
+    support::within(
+        "the body",
+        Duration::from_secs(5),
+        stream.read_to_string(&mut body),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        body,
+        "400 Bad Request: a WebSocket handshake needs HTTP/1.1 or later"
+    );
+    server.stop().await;
+}

@@ -103,6 +103,11 @@ impl Request {
         &self.parts.method
     }
 
+    /// The HTTP version the request came in.
+    pub fn version(&self) -> http::Version {
+        self.parts.version
+    }
+
     /// The request target.
     pub fn uri(&self) -> &Uri {
         &self.parts.uri

@@ -18,6 +18,12 @@ pub(super) fn accept_key(request: &Request) -> Result<String, HttpResponse> {
         .status(405)
         .header("Allow", "GET"));
     }
+    if request.version() < http::Version::HTTP_11 {
+        // RFC 6455, 4.1: HTTP/1.1 or later; hyper upgrades no other.
+        return Err(bad_request(
+            "400 Bad Request: a WebSocket handshake needs HTTP/1.1 or later",
+        ));
+    }
     if !has_token(request, "upgrade", "websocket") {
         return Err(upgrade_required(
             "426 Upgrade Required: this route speaks WebSocket only; open it with a WebSocket handshake (Upgrade: websocket)",
@@ -118,6 +124,21 @@ mod tests {
         let r = accept_key(&no_key).unwrap_err();
         assert_eq!(r.status_code(), 400);
         assert!(r.body_text().contains("Sec-WebSocket-Key"));
+
+        let old = Request::new(
+            http::Request::get("/ws")
+                .version(http::Version::HTTP_10)
+                .body(String::new())
+                .unwrap(),
+        );
+        let r = accept_key(&old).unwrap_err();
+        assert_eq!(
+            (r.status_code(), r.body_text()),
+            (
+                400,
+                "400 Bad Request: a WebSocket handshake needs HTTP/1.1 or later".to_owned()
+            )
+        );
 
         let mut no_connection = handshake(&[]);
         no_connection.headers_mut().remove("connection");

@@ -52,6 +52,12 @@
 //! reads its socket ends. The server waits for the sessions, within its
 //! [`SHUTDOWN_GRACE`](crate::server::SHUTDOWN_GRACE).
 //!
+//! A socket reads messages (and frames) of up to [`MAX_MESSAGE_SIZE`], 1 MiB
+//! ([`route_with_max_message_size`] sets another): a larger one ends the
+//! read with an error and closes the socket with code 1009, a frame that
+//! breaks the protocol with 1002. What the server writes to a peer that does
+//! not read waits in a bounded buffer. A handshake over HTTP/1.0 gets `400`.
+//!
 //! Upgrades need a connection: serve the router with
 //! [`server`](crate::server). An in-process request
 //! ([`handle_request`](crate::server::handle_request)) cannot be upgraded
@@ -68,5 +74,5 @@ mod socket;
 pub(crate) use sessions::Sessions;
 
 pub use handler::WebSocketHandler;
-pub use route::{CLOSE_TIMEOUT, route};
+pub use route::{CLOSE_TIMEOUT, MAX_MESSAGE_SIZE, route, route_with_max_message_size};
 pub use socket::{Message, WebSocket, WebSocketError};

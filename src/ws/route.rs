@@ -11,7 +11,7 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::sync::{oneshot, watch};
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::protocol::Role;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 
 use super::handshake::accept_key;
 use super::socket::Stream;
@@ -23,12 +23,56 @@ use crate::{HttpResponse, Request, Router};
 /// the handler is done, before it drops the connection anyway.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The largest message, and frame, a socket of [`route`] reads: 1 MiB. A
+/// larger one ends the read with an error and closes the socket with code
+/// 1009, message too big, so that one socket cannot make the server hold
+/// more. [`route_with_max_message_size`] sets another.
+pub const MAX_MESSAGE_SIZE: usize = 1 << 20;
+
+/// What the server writes to a socket waits in a buffer while the peer
+/// does not read, up to this much beyond one message; past it a send fails
+/// (and an answer to a ping replaces the one before), so a peer that sends
+/// pings and never reads cannot grow the server's memory.
+const WRITE_BUFFER_SIZE: usize = 128 * 1024;
+
 /// A [`Router`] with one `GET` route at `path` that upgrades to a WebSocket
 /// and runs `handler` on it; the function behind [`ws!`](crate::ws!).
 pub fn route<H: WebSocketHandler>(path: &str, handler: H) -> Router {
+    route_with_max_message_size(path, handler, MAX_MESSAGE_SIZE)
+}
+
+/// [`route`], whose sockets read messages (and frames) of up to `bytes`
+/// rather than [`MAX_MESSAGE_SIZE`].
+///
+/// ```
+/// use suprnova::ws::{WebSocket, WebSocketHandler, route_with_max_message_size};
+/// use suprnova::async_trait;
+///
+/// struct Upload;
+///
+/// #[async_trait]
+/// impl WebSocketHandler for Upload {
+///     async fn on_socket(&self, mut socket: WebSocket) {
+///         while let Some(Ok(_chunk)) = socket.recv().await {}
+///     }
+/// }
+///
+/// let router = route_with_max_message_size("/ws/upload", Upload, 8 << 20);
+/// assert_eq!(router.routes()[0].path, "/ws/upload");
+/// ```
+pub fn route_with_max_message_size<H: WebSocketHandler>(
+    path: &str,
+    handler: H,
+    bytes: usize,
+) -> Router {
     let handler = Arc::new(handler);
+    let config = WebSocketConfig::default()
+        .write_buffer_size(WRITE_BUFFER_SIZE)
+        .max_write_buffer_size(WRITE_BUFFER_SIZE.saturating_add(bytes))
+        .max_message_size(Some(bytes))
+        .max_frame_size(Some(bytes));
     Router::new().get(path, move |request: Request| {
-        upgrade(handler.clone(), request)
+        upgrade(handler.clone(), request, config)
     })
 }
 
@@ -62,7 +106,11 @@ macro_rules! ws {
     };
 }
 
-async fn upgrade<H: WebSocketHandler>(handler: Arc<H>, mut request: Request) -> HttpResponse {
+async fn upgrade<H: WebSocketHandler>(
+    handler: Arc<H>,
+    mut request: Request,
+    config: WebSocketConfig,
+) -> HttpResponse {
     let accept = match accept_key(&request) {
         Ok(accept) => accept,
         Err(refusal) => return refusal,
@@ -82,7 +130,9 @@ async fn upgrade<H: WebSocketHandler>(handler: Arc<H>, mut request: Request) -> 
     // its holds are, and they moved out above.
     drop(request);
     let app = App::current();
-    let session = run_session(handler, on_upgrade, holds, shutdown, client_ip, path);
+    let session = run_session(
+        handler, on_upgrade, config, holds, shutdown, client_ip, path,
+    );
     tokio::spawn(app.scope(session));
     HttpResponse::new()
         .status(101)
@@ -97,6 +147,7 @@ async fn upgrade<H: WebSocketHandler>(handler: Arc<H>, mut request: Request) -> 
 async fn run_session<H: WebSocketHandler>(
     handler: Arc<H>,
     on_upgrade: OnUpgrade,
+    config: WebSocketConfig,
     holds: Vec<Box<dyn Any + Send + Sync>>,
     shutdown: Option<watch::Receiver<bool>>,
     client_ip: Option<std::net::IpAddr>,
@@ -111,7 +162,8 @@ async fn run_session<H: WebSocketHandler>(
             return;
         }
     };
-    let stream = WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await;
+    let stream =
+        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     let (give_back, given_back) = oneshot::channel();
     let socket = WebSocket::new(stream, give_back, shutdown.clone(), client_ip, path.clone());
     if AssertUnwindSafe(handler.on_socket(socket))

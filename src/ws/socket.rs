@@ -79,6 +79,19 @@ impl WebSocket {
         match next? {
             Ok(Message::Close(_)) => None,
             Err(TungsteniteError::ConnectionClosed | TungsteniteError::AlreadyClosed) => None,
+            Err(error) => {
+                // A peer that broke the protocol, or sent too much, is told
+                // why, as RFC 6455 (7.4.1) asks.
+                if let Some((code, reason)) = close_code_for(&error) {
+                    let frame = CloseFrame {
+                        code,
+                        reason: reason.into(),
+                    };
+                    let _ =
+                        tokio::time::timeout(super::CLOSE_TIMEOUT, stream.close(Some(frame))).await;
+                }
+                Some(Err(error))
+            }
             other => Some(other),
         }
     }
@@ -109,6 +122,18 @@ impl WebSocket {
     /// The path the socket was opened on.
     pub fn path(&self) -> &str {
         &self.path
+    }
+}
+
+/// The close code for a read that failed because of the peer: 1002 for a
+/// protocol error, 1009 for a message or a frame over the size, 1007 for
+/// text that is not UTF-8. `None` when the connection itself failed.
+fn close_code_for(error: &WebSocketError) -> Option<(CloseCode, &'static str)> {
+    match error {
+        TungsteniteError::Protocol(_) => Some((CloseCode::Protocol, "protocol error")),
+        TungsteniteError::Capacity(_) => Some((CloseCode::Size, "message too big")),
+        TungsteniteError::Utf8(_) => Some((CloseCode::Invalid, "text that is not UTF-8")),
+        _ => None,
     }
 }
 
