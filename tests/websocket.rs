@@ -360,6 +360,78 @@ async fn a_shutdown_closes_open_sockets_going_away_and_waits_for_them() {
     assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 0);
 }
 
+/// Sends every text message back, counting what it reads.
+struct CountingEcho(Arc<std::sync::atomic::AtomicUsize>);
+
+#[async_trait]
+impl WebSocketHandler for CountingEcho {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        while let Some(Ok(message)) = socket.recv().await {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            if let Message::Text(text) = message
+                && socket.send(Message::Text(text)).await.is_err()
+            {
+                break;
+            }
+        }
+    }
+}
+
+/// A peer that sends and never reads leaves an echo handler waiting in
+/// `send`: a shutdown still ends it (the send gives up, the peer is told
+/// 1001), within two close timeouts rather than the whole grace, and its
+/// place is given back.
+#[tokio::test]
+async fn a_shutdown_ends_a_handler_waiting_to_send_to_a_peer_that_does_not_read() {
+    use std::sync::atomic::Ordering;
+    use tokio::io::AsyncWriteExt;
+
+    let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let cap = RateLimitMiddleware::connections_per_ip(5);
+    let server =
+        TestServer::start(ws!("/ws", CountingEcho(read.clone())).middleware(cap.clone())).await;
+    let (mut stream, head) = raw_handshake(server.addr(), "HTTP/1.1").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    // Text frames of 64 KiB, masked with a zero key, that the handler echoes
+    // into a connection nobody reads.
+    let mut frame = vec![0x81, 0x80 | 127];
+    frame.extend_from_slice(&(64_u64 << 10).to_be_bytes());
+    frame.extend_from_slice(&[0, 0, 0, 0]);
+    frame.extend_from_slice(&[b't'; 64 << 10]);
+    let writer = tokio::spawn(async move {
+        for _ in 0..400 {
+            if stream.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+        stream
+    });
+    // Until the handler stops reading: it waits in `send`.
+    let mut last = usize::MAX;
+    support::within("the handler to stall", Duration::from_secs(30), async {
+        loop {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let now = read.load(Ordering::SeqCst);
+            if now == last {
+                break;
+            }
+            last = now;
+        }
+    })
+    .await;
+    assert!(last > 0 && last < 400, "the handler read {last} messages");
+    wait_open(&cap, "127.0.0.1", 1).await;
+    let started = Instant::now();
+    support::within("the shutdown", Duration::from_secs(20), server.stop()).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 0);
+    writer.abort();
+}
+
 // ---- what a peer may send ---------------------------------------------------
 
 /// A handshake over raw TCP: the stream and the response head.

@@ -66,11 +66,7 @@ impl WebSocket {
             Some(shutdown) => tokio::select! {
                 next = stream.next() => next,
                 () = shutting_down(shutdown) => {
-                    let going_away = CloseFrame {
-                        code: CloseCode::Away,
-                        reason: "the server is shutting down".into(),
-                    };
-                    let _ = stream.close(Some(going_away)).await;
+                    going_away(stream).await;
                     return None;
                 }
             },
@@ -96,11 +92,24 @@ impl WebSocket {
         }
     }
 
-    /// Sends `message`.
+    /// Sends `message`. While the server shuts down, a send that waits (the
+    /// peer does not read) gives up: the peer is sent a close frame with
+    /// code 1001, going away, and the send fails with
+    /// [`ConnectionClosed`](WebSocketError::ConnectionClosed), so that a
+    /// handler that only writes ends too.
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), WebSocketError> {
-        match self.stream.as_mut() {
-            Some(stream) => stream.send(message.into()).await,
-            None => Err(WebSocketError::AlreadyClosed),
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(WebSocketError::AlreadyClosed);
+        };
+        let Some(shutdown) = self.shutdown.as_mut() else {
+            return stream.send(message.into()).await;
+        };
+        tokio::select! {
+            sent = stream.send(message.into()) => sent,
+            () = shutting_down(shutdown) => {
+                going_away(stream).await;
+                Err(WebSocketError::ConnectionClosed)
+            }
         }
     }
 
@@ -123,6 +132,17 @@ impl WebSocket {
     pub fn path(&self) -> &str {
         &self.path
     }
+}
+
+/// Sends the peer a close frame with code 1001, going away, for at most
+/// [`CLOSE_TIMEOUT`](super::CLOSE_TIMEOUT): a peer that does not read
+/// cannot hold the shutdown.
+async fn going_away(stream: &mut Stream) {
+    let frame = CloseFrame {
+        code: CloseCode::Away,
+        reason: "the server is shutting down".into(),
+    };
+    let _ = tokio::time::timeout(super::CLOSE_TIMEOUT, stream.close(Some(frame))).await;
 }
 
 /// The close code for a read that failed because of the peer: 1002 for a
