@@ -217,7 +217,13 @@ impl Server {
                         let router = router.clone();
                         let answer =
                             catching_panics(|| Router::dispatch_handled(router, request));
-                        async move { Ok::<_, Infallible>(answer.await.into_http()) }
+                        async move {
+                            let mut answer = answer.await;
+                            // A WebSocket's session starts only when its 101
+                            // is the answer that goes out.
+                            crate::ws::confirm_upgrade(&mut answer);
+                            Ok::<_, Infallible>(answer.into_http())
+                        }
                     });
                     let connection = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)

@@ -432,6 +432,49 @@ async fn a_shutdown_ends_a_handler_waiting_to_send_to_a_peer_that_does_not_read(
     writer.abort();
 }
 
+/// Lets the route answer, then answers 403 instead of its 101.
+struct ReplaceTheAnswer;
+
+#[async_trait]
+impl Middleware for ReplaceTheAnswer {
+    async fn handle(&self, request: Request, next: Next) -> Response {
+        let _ = next(request).await;
+        Err(HttpResponse::text("403 Forbidden").status(403))
+    }
+}
+
+/// A middleware that replaces the route's 101 after the route ran: no
+/// session starts, the place is given back at once, and nothing but the
+/// 403 is written to the connection, kept alive or not.
+#[tokio::test]
+async fn a_101_a_later_middleware_replaces_starts_no_session_and_keeps_no_place() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cap = RateLimitMiddleware::connections_per_ip(1);
+    let router = ws!("/ws", GreetAndLeave)
+        .middleware(cap.clone())
+        .middleware(ReplaceTheAnswer);
+    let server = TestServer::start(router).await;
+    let (mut stream, head) = raw_handshake(server.addr(), "HTTP/1.1").await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    let mut body = [0_u8; 13];
+    stream.read_exact(&mut body).await.unwrap();
+    assert_eq!(&body, b"403 Forbidden");
+    wait_open(&cap, "127.0.0.1", 0).await;
+    // The client ends its side of the kept-alive connection: nothing more
+    // comes, no frame of a session that never opened.
+    stream.shutdown().await.unwrap();
+    let mut after = Vec::new();
+    support::within(
+        "the connection's end",
+        Duration::from_secs(5),
+        stream.read_to_end(&mut after),
+    )
+    .await
+    .unwrap();
+    assert_eq!(String::from_utf8_lossy(&after), "");
+    server.stop().await;
+}
+
 // ---- what a peer may send ---------------------------------------------------
 
 /// A handshake over raw TCP: the stream and the response head.

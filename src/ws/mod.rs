@@ -73,6 +73,7 @@ mod route;
 mod sessions;
 mod socket;
 
+pub(crate) use route::confirm_upgrade;
 pub(crate) use sessions::Sessions;
 
 pub use handler::WebSocketHandler;

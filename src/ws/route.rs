@@ -3,7 +3,7 @@
 
 use std::any::Any;
 use std::panic::AssertUnwindSafe;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
@@ -130,21 +130,50 @@ async fn upgrade<H: WebSocketHandler>(
     // its holds are, and they moved out above.
     drop(request);
     let app = App::current();
-    let session = run_session(
-        handler, on_upgrade, config, holds, shutdown, client_ip, path,
-    );
-    tokio::spawn(app.scope(session));
-    HttpResponse::new()
+    let (ticket, confirmed) = oneshot::channel();
+    let session = Session {
+        handler,
+        on_upgrade,
+        config,
+        holds,
+        shutdown,
+        client_ip,
+        path,
+    };
+    tokio::spawn(app.scope(run_session(session, confirmed)));
+    let mut switching = HttpResponse::new()
         .status(101)
         .header("Upgrade", "websocket")
         .header("Connection", "Upgrade")
-        .header("Sec-WebSocket-Accept", accept)
+        .header("Sec-WebSocket-Accept", accept);
+    switching
+        .extensions_mut()
+        .insert(UpgradeTicket(Arc::new(Mutex::new(Some(ticket)))));
+    switching
 }
 
-/// One socket's session. `holds` live exactly as long as it does, and so
-/// does `shutdown`, the server's flag, by which the server knows it is
-/// over.
-async fn run_session<H: WebSocketHandler>(
+/// Rides on a route's `101`: the server confirms it when the `101` is the
+/// answer it sends ([`confirm_upgrade`]). A middleware that answers
+/// otherwise drops the `101`, and with it the ticket, so the session ends
+/// at once and gives back what the request held.
+/// (Extensions hold only what can be cloned: the clones share the one
+/// sender, which goes when the last of them does.)
+#[derive(Clone)]
+pub(crate) struct UpgradeTicket(Arc<Mutex<Option<oneshot::Sender<()>>>>);
+
+/// Lets the session of a WebSocket `response` start, when `response` is the
+/// `101` that carries its ticket.
+pub(crate) fn confirm_upgrade(response: &mut HttpResponse) {
+    if response.status_code() == 101
+        && let Some(UpgradeTicket(ticket)) = response.extensions_mut().remove::<UpgradeTicket>()
+        && let Some(ticket) = ticket.lock().unwrap_or_else(|e| e.into_inner()).take()
+    {
+        let _ = ticket.send(());
+    }
+}
+
+/// What a session runs with.
+struct Session<H> {
     handler: Arc<H>,
     on_upgrade: OnUpgrade,
     config: WebSocketConfig,
@@ -152,12 +181,31 @@ async fn run_session<H: WebSocketHandler>(
     shutdown: Option<watch::Receiver<bool>>,
     client_ip: Option<std::net::IpAddr>,
     path: String,
-) {
+}
+
+/// One socket's session, once the server confirmed its `101` went out.
+/// Its holds live exactly as long as it does, and so does its `shutdown`,
+/// the server's flag, by which the server knows it is over.
+async fn run_session<H: WebSocketHandler>(session: Session<H>, confirmed: oneshot::Receiver<()>) {
+    let Session {
+        handler,
+        on_upgrade,
+        config,
+        holds,
+        shutdown,
+        client_ip,
+        path,
+    } = session;
+    if confirmed.await.is_err() {
+        // A later middleware answered instead of the 101.
+        tracing::debug!(path, "WebSocket upgrade refused after the route answered");
+        return;
+    }
     let upgraded = match on_upgrade.await {
         Ok(upgraded) => upgraded,
         Err(error) => {
-            // The 101 never reached the client (a later middleware replaced
-            // it, or the client left): there is no session, and the holds go.
+            // The 101 never reached the client (the client left): there is
+            // no session, and the holds go.
             tracing::debug!(%error, path, "WebSocket upgrade did not happen");
             return;
         }
