@@ -327,7 +327,12 @@ where
     B::Error: Into<BoxError>,
 {
     let request = prepare(request, peer);
-    catching_panics(|| router.dispatch(request))
+    // The answer goes out as it is returned: a WebSocket's 101 among them,
+    // whose session may start.
+    catching_panics(|| router.dispatch(request)).map(|mut answer| {
+        crate::ws::confirm_upgrade(&mut answer);
+        answer
+    })
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies

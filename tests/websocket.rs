@@ -572,3 +572,37 @@ async fn an_http_1_0_handshake_is_refused_with_400() {
     );
     server.stop().await;
 }
+
+/// An application's own accept loop, with `handle_request_with_peer`, runs
+/// WebSocket sessions as the crate's server does.
+#[tokio::test]
+async fn a_socket_opens_through_an_accept_loop_of_the_applications_own() {
+    use hyper::server::conn::http1;
+    use hyper::service::service_fn;
+    use hyper_util::rt::TokioIo;
+
+    let router = Arc::new(ws!("/ws", Echo));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let serving = tokio::spawn(async move {
+        let (stream, peer) = listener.accept().await.unwrap();
+        let service = service_fn(move |request| {
+            let router = router.clone();
+            async move {
+                let answer = handle_request_with_peer(&router, request, peer).await;
+                Ok::<_, std::convert::Infallible>(answer.into_http())
+            }
+        });
+        let _ = http1::Builder::new()
+            .serve_connection(TokioIo::new(stream), service)
+            .with_upgrades()
+            .await;
+    });
+    let mut client = connect(addr, "127.0.0.1", "/ws").await.unwrap();
+    client.send(Message::text("hi")).await.unwrap();
+    assert_eq!(next_text(&mut client).await, "127.0.0.1 hi");
+    close(client).await;
+    support::within("the accept loop", Duration::from_secs(5), serving)
+        .await
+        .unwrap();
+}
