@@ -514,3 +514,46 @@ async fn a_handlers_wrong_content_length_does_not_break_the_connection() {
     assert!(answers[1].ends_with("\r\n\r\nhello"), "{answer:?}");
     server.stop().await;
 }
+
+/// Paths are percent-decoded once before they are matched, as Laravel
+/// decodes them: a handler reads `john doe` for `john%20doe`, and the
+/// literal route `/café` answers `/caf%C3%A9`, in process and over HTTP.
+#[tokio::test]
+async fn path_segments_are_percent_decoded_before_they_are_matched() {
+    let router = Router::new()
+        .get("/users/{name}", |req: Request| async move {
+            HttpResponse::text(req.param("name").unwrap_or("?").to_owned())
+        })
+        .get("/café", |_req: Request| async {
+            HttpResponse::text("menu")
+        });
+    let peer: std::net::SocketAddr = "203.0.113.5:4000".parse().unwrap();
+    let cases = [
+        ("/users/%34%32", 200, "42"),
+        ("/users/john%20doe", 200, "john doe"),
+        ("/users/caf%C3%A9", 200, "café"),
+        ("/caf%C3%A9", 200, "menu"),
+        ("/users/%FF", 404, "404 Not Found"),
+    ];
+    for (path, status, body) in cases {
+        let r = handle_request_with_peer(&router, get(path), peer).await;
+        assert_eq!(
+            (r.status_code(), r.body_text().as_str()),
+            (status, body),
+            "{path}"
+        );
+    }
+    let server = TestServer::start(router).await;
+    for (path, status, body) in cases {
+        let request = http::Request::get(server.url(path))
+            .body(Full::default())
+            .unwrap();
+        let reply = server.send(request).await;
+        assert_eq!(
+            (reply.status, reply.body.as_str()),
+            (status, body),
+            "{path}"
+        );
+    }
+    server.stop().await;
+}

@@ -165,7 +165,9 @@ impl Request {
         self.parts.headers.get(name).and_then(|v| v.to_str().ok())
     }
 
-    /// A path parameter captured by a `{name}` segment of the route.
+    /// A path parameter captured by a `{name}` segment of the route,
+    /// percent-decoded once (`john%20doe` is `john doe`): the router decodes
+    /// each segment before it matches it.
     pub fn param(&self, name: &str) -> Option<&str> {
         self.params
             .iter()

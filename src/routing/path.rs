@@ -1,5 +1,6 @@
 //! Route paths: literal segments and `{param}` segments.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// One segment of a route path.
@@ -41,7 +42,12 @@ impl PathPattern {
                     "route path {raw:?} has an invalid segment {part:?}"
                 ));
             } else {
-                segments.push(Segment::Literal(part.to_owned()));
+                let literal = decoded(part).ok_or_else(|| {
+                    format!(
+                        "route path {raw:?} has a segment {part:?} that is not UTF-8 once decoded"
+                    )
+                })?;
+                segments.push(Segment::Literal(literal.into_owned()));
             }
         }
         let mut canonical = String::with_capacity(raw.len());
@@ -92,16 +98,20 @@ impl PathPattern {
         &self.raw
     }
 
-    /// Matches a request path; returns the captured parameters.
+    /// Matches a request path; returns the captured parameters. Each
+    /// segment is percent-decoded once, as Laravel decodes a path before it
+    /// matches it: `/caf%C3%A9` matches the literal `/café`, and
+    /// `/users/john%20doe` captures `john doe`. A segment that is not UTF-8
+    /// once decoded matches nothing.
     pub(crate) fn matches(&self, path: &str) -> Option<Vec<(String, String)>> {
         let mut params = Vec::new();
         let mut parts = path.split('/').filter(|s| !s.is_empty());
         for segment in &self.segments {
-            let part = parts.next()?;
+            let part = decoded(parts.next()?)?;
             match segment {
-                Segment::Literal(lit) if lit == part => {}
+                Segment::Literal(lit) if *lit == *part => {}
                 Segment::Literal(_) => return None,
-                Segment::Param(name) => params.push((name.clone(), part.to_owned())),
+                Segment::Param(name) => params.push((name.clone(), part.into_owned())),
             }
         }
         if parts.next().is_some() {
@@ -109,6 +119,35 @@ impl PathPattern {
         }
         Some(params)
     }
+}
+
+/// `segment` with its percent-escapes decoded (a `%` not followed by two
+/// hex digits stays as it is); `None` when the bytes are not UTF-8.
+fn decoded(segment: &str) -> Option<Cow<'_, str>> {
+    if !segment.contains('%') {
+        return Some(Cow::Borrowed(segment));
+    }
+    let bytes = segment.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let escaped = (bytes[i] == b'%')
+            .then(|| bytes.get(i + 1..i + 3))
+            .flatten()
+            .and_then(|hex| std::str::from_utf8(hex).ok())
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
+        match escaped {
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).ok().map(Cow::Owned)
 }
 
 #[cfg(test)]
@@ -125,6 +164,39 @@ mod tests {
         assert_eq!(p.matches("/users/7"), None);
         assert_eq!(p.matches("/users/7/posts/8"), None);
         assert_eq!(PathPattern::parse("/").unwrap().matches("/"), Some(vec![]));
+    }
+
+    #[test]
+    fn segments_are_percent_decoded_once() {
+        let p = PathPattern::parse("/users/{name}").unwrap();
+        for (path, name) in [
+            ("/users/%34%32", "42"),
+            ("/users/john%20doe", "john doe"),
+            ("/users/caf%C3%A9", "café"),
+            ("/users/café", "café"),
+            ("/users/a%2Fb", "a/b"),
+            ("/users/%2541", "%41"),
+            ("/users/100%", "100%"),
+            ("/users/a+b", "a+b"),
+        ] {
+            assert_eq!(
+                p.matches(path),
+                Some(vec![("name".to_owned(), name.to_owned())]),
+                "{path}"
+            );
+        }
+        assert_eq!(p.matches("/users/%FF"), None);
+        let cafe = PathPattern::parse("/café").unwrap();
+        assert_eq!(cafe.matches("/caf%C3%A9"), Some(vec![]));
+        assert_eq!(cafe.matches("/café"), Some(vec![]));
+        assert_eq!(
+            PathPattern::parse("/%75sers").unwrap().matches("/users"),
+            Some(vec![])
+        );
+        assert_eq!(
+            PathPattern::parse("/users").unwrap().matches("/%75sers"),
+            Some(vec![])
+        );
     }
 
     #[test]
