@@ -121,6 +121,30 @@ fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
     socket.listen(LISTEN_BACKLOG)
 }
 
+/// How the kernel finds out that the peer of an idle connection is gone:
+/// after [`KEEPALIVE_IDLE`] of silence it probes the peer every
+/// [`KEEPALIVE_INTERVAL`], and closes the connection after
+/// [`KEEPALIVE_PROBES`] probes go unanswered, about 90 seconds in all.
+/// Without it, a peer that vanishes without a word (a phone that lost its
+/// network, a host powered off) holds its connection, and a
+/// [`ConnectionsPerIp`](crate::rate_limit::ConnectionsPerIp) place with
+/// it, for as long as the server runs, when the server has nothing to send.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
+/// See [`KEEPALIVE_IDLE`].
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// See [`KEEPALIVE_IDLE`].
+pub const KEEPALIVE_PROBES: u32 = 3;
+
+/// Turns on TCP keep-alive on an accepted connection, as
+/// [`KEEPALIVE_IDLE`] says.
+fn keep_alive(stream: &tokio::net::TcpStream) -> io::Result<()> {
+    let probes = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    socket2::SockRef::from(stream).set_tcp_keepalive(&probes)
+}
+
 /// Binds `addr` and serves `router` until ctrl-c, then shuts down gracefully.
 pub async fn serve(addr: impl ToSocketAddrs, router: Router) -> Result<(), ServerError> {
     bind(addr).await?.serve(router).await
@@ -203,6 +227,7 @@ impl Server {
                         }
                     };
                     let _ = stream.set_nodelay(true);
+                    let _ = keep_alive(&stream);
                     // Cloned once a connection; a request clones only this
                     // connection's handle.
                     let router = Arc::new(ConnectionRouter(router.clone()));
@@ -417,5 +442,28 @@ where
 {
     fn execute(&self, future: F) {
         tokio::spawn(self.app.scope(self.sessions.scope(future)));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn accepted_connections_probe_a_silent_peer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = tokio::net::TcpStream::connect(listener.local_addr().unwrap());
+        let ((accepted, _), _client) = tokio::try_join!(listener.accept(), client).unwrap();
+        let socket = socket2::SockRef::from(&accepted);
+        assert!(!socket.keepalive().unwrap());
+        super::keep_alive(&accepted).unwrap();
+        assert!(socket.keepalive().unwrap());
+        assert_eq!(socket.tcp_keepalive_time().unwrap(), super::KEEPALIVE_IDLE);
+        assert_eq!(
+            socket.tcp_keepalive_interval().unwrap(),
+            super::KEEPALIVE_INTERVAL
+        );
+        assert_eq!(
+            socket.tcp_keepalive_retries().unwrap(),
+            super::KEEPALIVE_PROBES
+        );
     }
 }

@@ -12,7 +12,9 @@ use super::WebSocket;
 /// the close handshake is then completed for it.
 ///
 /// A peer that vanishes without closing is noticed when a read or a write
-/// fails: [`WebSocket::recv`] returns `None` or an error.
+/// fails: [`WebSocket::recv`] returns `None` or an error. The server's TCP
+/// keep-alive ([`KEEPALIVE_IDLE`](crate::server::KEEPALIVE_IDLE)) fails a
+/// read about 90 seconds after the peer falls silent.
 #[async_trait]
 pub trait WebSocketHandler: Send + Sync + 'static {
     /// Runs the session of one socket.
