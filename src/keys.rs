@@ -154,16 +154,12 @@ pub fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
 /// the hex of the others in capitals; a `%` not followed by two hex digits
 /// as it is.
 fn push_unescaped_segment(out: &mut String, segment: &str) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let bytes = segment.as_bytes();
     let mut copied = 0;
     let mut i = 0;
     while i < bytes.len() {
-        let escape = (bytes[i] == b'%')
-            .then(|| bytes.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok().map(|byte| (hex, byte)));
-        let Some((hex, byte)) = escape else {
+        let Some(byte) = escaped_byte(bytes, i) else {
             i += 1;
             continue;
         };
@@ -172,12 +168,29 @@ fn push_unescaped_segment(out: &mut String, segment: &str) {
             out.push(char::from(byte));
         } else {
             out.push('%');
-            out.push_str(&hex.to_ascii_uppercase());
+            out.push(char::from(HEX[usize::from(byte >> 4)]));
+            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
         }
         i += 3;
         copied = i;
     }
     out.push_str(&segment[copied..]);
+}
+
+/// The byte of the percent-escape that starts at `at` in `bytes` (`%` and
+/// two hex digits); `None` when none starts there.
+pub(crate) fn escaped_byte(bytes: &[u8], at: usize) -> Option<u8> {
+    match bytes.get(at..at + 3)? {
+        [b'%', high, low] if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() => {
+            let value = |digit: u8| match digit {
+                b'0'..=b'9' => digit - b'0',
+                b'a'..=b'f' => digit - b'a' + 10,
+                _ => digit - b'A' + 10,
+            };
+            Some(value(*high) << 4 | value(*low))
+        }
+        _ => None,
+    }
 }
 
 /// Appends the client's address as `push` writes it, or, for a request

@@ -58,6 +58,16 @@ fn per_minute(n: u32) -> SlidingWindowConfig {
     SlidingWindowConfig::new(n, Duration::from_secs(60))
 }
 
+/// Whether `limiter` admits a call on `key` (100 a minute); a failed call
+/// fails the test.
+async fn admits(limiter: &RedisRateLimiter, key: &str) -> bool {
+    limiter
+        .acquire(key, &per_minute(100))
+        .await
+        .unwrap()
+        .allowed
+}
+
 /// The outcomes of `limiter`'s calls, one every 50 ms, until one is decided
 /// or `limit` has passed: the errors, then the decision.
 async fn until_decided(
@@ -81,13 +91,7 @@ async fn a_connection_that_falls_silent_is_replaced_after_the_call_that_timed_ou
     let server = RedisServer::start();
     let relay = Relay::start(server.port()).await;
     let limiter = limiter_on(&relay.url(), "silent");
-    assert!(
-        limiter
-            .acquire("k", &per_minute(100))
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(admits(&limiter, "k").await);
 
     relay.fall_silent();
     let (errors, decided) = until_decided(&limiter, Duration::from_secs(10)).await;
@@ -110,13 +114,7 @@ async fn after_a_failover_behind_one_address_the_next_call_reaches_the_new_prima
     let new_primary = RedisServer::start();
     let endpoint = Relay::start(old_primary.port()).await;
     let limiter = limiter_on(&endpoint.url(), "failover");
-    assert!(
-        limiter
-            .acquire("k", &per_minute(100))
-            .await
-            .unwrap()
-            .allowed
-    );
+    assert!(admits(&limiter, "k").await);
 
     // The old primary becomes a replica of the new one, and the address
     // leads to the new primary from now on.
@@ -297,13 +295,7 @@ async fn a_cluster_whose_connections_fall_silent_connects_again() {
     let cluster = RelayedCluster::start().await;
     let limiter = limiter_on(&cluster.url(), "cluster-silent");
     for key in ["a", "b", "c", "d", "e"] {
-        assert!(
-            limiter
-                .acquire(key, &per_minute(100))
-                .await
-                .unwrap()
-                .allowed
-        );
+        assert!(admits(&limiter, key).await);
     }
     for relay in &cluster.relays {
         relay.fall_silent();

@@ -3,6 +3,8 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use crate::keys::escaped_byte;
+
 /// One segment of a route path.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -131,12 +133,7 @@ fn decoded(segment: &str) -> Option<Cow<'_, str>> {
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let escaped = (bytes[i] == b'%')
-            .then(|| bytes.get(i + 1..i + 3))
-            .flatten()
-            .and_then(|hex| std::str::from_utf8(hex).ok())
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok());
-        match escaped {
+        match escaped_byte(bytes, i) {
             Some(byte) => {
                 out.push(byte);
                 i += 3;

@@ -187,21 +187,13 @@ struct Session<H> {
 /// Its holds live exactly as long as it does, and so does its `shutdown`,
 /// the server's flag, by which the server knows it is over.
 async fn run_session<H: WebSocketHandler>(session: Session<H>, confirmed: oneshot::Receiver<()>) {
-    let Session {
-        handler,
-        on_upgrade,
-        config,
-        holds,
-        shutdown,
-        client_ip,
-        path,
-    } = session;
+    let path = session.path.as_str();
     if confirmed.await.is_err() {
         // A later middleware answered instead of the 101.
         tracing::debug!(path, "WebSocket upgrade refused after the route answered");
         return;
     }
-    let upgraded = match on_upgrade.await {
+    let upgraded = match session.on_upgrade.await {
         Ok(upgraded) => upgraded,
         Err(error) => {
             // The 101 never reached the client (the client left): there is
@@ -210,11 +202,17 @@ async fn run_session<H: WebSocketHandler>(session: Session<H>, confirmed: onesho
             return;
         }
     };
-    let stream =
-        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+    let raw = TokioIo::new(upgraded);
+    let stream = WebSocketStream::from_raw_socket(raw, Role::Server, Some(session.config)).await;
     let (give_back, given_back) = oneshot::channel();
-    let socket = WebSocket::new(stream, give_back, shutdown.clone(), client_ip, path.clone());
-    if AssertUnwindSafe(handler.on_socket(socket))
+    let socket = WebSocket::new(
+        stream,
+        give_back,
+        session.shutdown.clone(),
+        session.client_ip,
+        path.to_owned(),
+    );
+    if AssertUnwindSafe(session.handler.on_socket(socket))
         .catch_unwind()
         .await
         .is_err()
@@ -226,8 +224,9 @@ async fn run_session<H: WebSocketHandler>(session: Session<H>, confirmed: onesho
     if let Ok(stream) = given_back.await {
         finish_close(stream).await;
     }
-    drop(holds);
-    drop(shutdown);
+    // Held until here: the holds and the server's flag end with the session.
+    drop(session.holds);
+    drop(session.shutdown);
 }
 
 /// Completes the close handshake: sends our close frame (or flushes the
