@@ -11,7 +11,7 @@ use crate::http::{HttpResponse, IntoResponse, Request, Response};
 /// The function a route runs after its middleware.
 ///
 /// Any `async fn(Request) -> R` (or closure returning a future) where `R` is
-/// an [`HttpResponse`](crate::HttpResponse), a [`Response`], a `String` or a
+/// an [`HttpResponse`], a [`Response`], a `String` or a
 /// `&'static str` is a handler.
 pub trait Handler: Send + Sync + 'static {
     /// Runs the handler.
