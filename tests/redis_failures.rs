@@ -186,6 +186,36 @@ async fn the_first_request_after_a_restart_is_decided() {
     );
 }
 
+/// A decision whose reply is lost with its connection is sent again, and
+/// may count twice; a decrement is not sent again, so it never takes back
+/// more than it was asked to (which would admit more than the limit).
+#[tokio::test]
+async fn a_lost_reply_is_sent_again_for_a_decision_and_never_for_a_decrement() {
+    use suprnova::cache::RedisStore;
+    use suprnova::limiter::CacheRateLimiter;
+    let server = RedisServer::start();
+    let relay = Relay::start(server.port()).await;
+    let store = RedisStore::new(RedisConnection::new(short(&relay.url())).unwrap())
+        .with_prefix(unique_prefix("lost"));
+    let limiter = CacheRateLimiter::new(Arc::new(store), suprnova::clock::system());
+    for _ in 0..3 {
+        limiter.hit("k", 60).await.unwrap();
+    }
+    relay.lose_next_reply();
+    let decremented = limiter.decrement("k", 60, 1).await;
+    assert!(decremented.is_err(), "{decremented:?}");
+    // Redis ran it once: one attempt taken back, not two.
+    assert_eq!(limiter.attempts("k").await.unwrap(), 2);
+
+    let driver = limiter_on(&relay.url(), "lost-decision");
+    assert!(admits(&driver, "k").await);
+    relay.lose_next_reply();
+    // Sent again on a new connection and decided; the lost run counted too.
+    assert!(admits(&driver, "k").await);
+    let count = server.command(&format!("ZCARD {}k", driver.prefix()));
+    assert_eq!(count.trim(), ":3");
+}
+
 /// The nodes of a cluster reached only through relays: each node announces
 /// its relay's port, so that the client never connects to it directly.
 struct RelayedCluster {

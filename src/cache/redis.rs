@@ -195,7 +195,9 @@ impl Store for RedisStore {
         call.key(&self.prefix, key)
             .arg(decay_seconds.max(1))
             .arg(amount)
-            .arg(ceiling);
+            .arg(ceiling)
+            // A second run of a count that adds can only add again.
+            .repeatable(amount >= 0);
         self.count_below(&call).await
     }
 
@@ -229,7 +231,8 @@ impl Store for RedisStore {
             .arg(count.decay_seconds.max(1))
             .arg(count.amount)
             .arg(count.ceiling)
-            .arg(count.ends_at);
+            .arg(count.ends_at)
+            .repeatable(count.amount >= 0);
         let reply: Vec<u8> = self.conn.call_script(&call).await?;
         let [counted, count, ends_at] = reply_numbers::<i64, 3>(&reply)?;
         let outcome = IncrementOutcome {

@@ -127,7 +127,9 @@ impl RedisRateLimiter {
         call.key(&self.prefix, key)
             .arg(config.max_requests)
             .arg(window_micros(config))
-            .arg(if admit { "1" } else { "0" });
+            .arg(if admit { "1" } else { "0" })
+            // A second run adds a second hit at most.
+            .repeatable(true);
         let reply: Vec<u8> = self.conn.call_script(&call).await?;
         let [admitted, count, gate_us, now_us] = reply_numbers::<u64, 4>(&reply)?;
         Ok(Reply {

@@ -43,10 +43,13 @@ pub enum RedisBackendError {
 /// balancer drops its flow, gets none until the kernel gives up on it, about
 /// fifteen minutes later), after `READONLY` (the address now leads to a
 /// replica: a failover behind one DNS name), and after a refused password
-/// (redis-rs would keep answering with that refusal). A call that finds its
-/// connection to one node dropped (Redis restarted, or the peer reset it)
-/// is sent once more, on the connection redis-rs opens again, within the
-/// same deadline.
+/// (redis-rs would keep answering with that refusal). A decision's script
+/// call that finds its connection to one node dropped (Redis restarted, or
+/// the peer reset it) is sent once more, on the connection redis-rs opens
+/// again, within the same deadline: should Redis have run the first send,
+/// the hit counts twice, which can refuse early and never admits more.
+/// Other commands are not sent again: a `DECRBY` run twice would take back
+/// too much.
 #[derive(Clone)]
 pub struct RedisConnection {
     inner: Inner,
@@ -248,8 +251,11 @@ impl RedisConnection {
 
     /// Runs one command.
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisBackendError> {
-        self.bounded(|mut link| async move { cmd.query_async(&mut link).await })
-            .await
+        self.bounded(
+            false,
+            |mut link| async move { cmd.query_async(&mut link).await },
+        )
+        .await
     }
 
     /// Runs one of the crate's script calls with `EVALSHA`, loading the
@@ -259,7 +265,7 @@ impl RedisConnection {
         &self,
         call: &ScriptCall<'_>,
     ) -> Result<T, RedisBackendError> {
-        self.bounded(|mut link| async move {
+        self.bounded(call.is_repeatable(), |mut link| async move {
             match call.command().query_async(&mut link).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                     call.script().load_async(&mut link).await?;
@@ -282,9 +288,9 @@ impl RedisConnection {
     }
 
     /// Runs `call` within the deadline, once more on one node when it found
-    /// its connection dropped, and replaces a connection that will not serve
-    /// again.
-    async fn bounded<T, F, Fut>(&self, call: F) -> Result<T, RedisBackendError>
+    /// its connection dropped and `repeatable` allows it, and replaces a
+    /// connection that will not serve again.
+    async fn bounded<T, F, Fut>(&self, repeatable: bool, call: F) -> Result<T, RedisBackendError>
     where
         F: Fn(Link) -> Fut,
         Fut: Future<Output = RedisResult<T>>,
@@ -296,7 +302,7 @@ impl RedisConnection {
                 // redis-rs connects again after a dropped connection; one
                 // node's call is sent again on that connection (a cluster's
                 // client retries by itself).
-                Err(e) if dropped_midway(&e) && matches!(used, Used::Single(..)) => {
+                Err(e) if repeatable && dropped_midway(&e) && matches!(used, Used::Single(..)) => {
                     call(self.in_use().link()).await
                 }
                 answered => answered,

@@ -18,6 +18,8 @@ pub(crate) struct ScriptCall<'s> {
     script: &'s Script,
     command: Cmd,
     keys_left: usize,
+    /// Whether the call may be sent again after its connection dropped.
+    repeatable: bool,
 }
 
 impl<'s> ScriptCall<'s> {
@@ -35,7 +37,22 @@ impl<'s> ScriptCall<'s> {
             script,
             command,
             keys_left: keys,
+            repeatable: false,
         }
+    }
+
+    /// Lets the call be sent once more when its connection to one node
+    /// drops before the answer. Only for a call whose second run, should
+    /// Redis have run the first, can count too much and never too little:
+    /// a limit may then refuse early, and never admits more.
+    pub(crate) fn repeatable(&mut self, repeatable: bool) -> &mut Self {
+        self.repeatable = repeatable;
+        self
+    }
+
+    /// Whether [`repeatable`](Self::repeatable) allows a second send.
+    pub(crate) fn is_repeatable(&self) -> bool {
+        self.repeatable
     }
 
     /// Writes the key `<prefix><name>` as one argument.
