@@ -568,6 +568,24 @@ fn a_value_that_is_not_utf8_is_refused_naming_its_variable() {
     );
 }
 
+#[test]
+fn a_redis_url_that_is_not_utf8_is_refused_without_its_password() {
+    for (variable, store) in [
+        ("RATE_LIMIT_REDIS_URL", ("RATE_LIMIT_DRIVER", "redis")),
+        ("REDIS_URL", ("CACHE_STORE", "redis")),
+    ] {
+        let refused = refusal(&[
+            ("APP_ENV", "staging"),
+            store,
+            (variable, "redis://app:hunter2\u{FFFD}@cache.internal:6379"),
+        ]);
+        assert_eq!(
+            refused,
+            format!("{variable}=\"redis://***@cache.internal:6379\" is invalid: {NOT_UTF8}")
+        );
+    }
+}
+
 #[cfg(unix)]
 #[test]
 fn a_process_variable_that_is_not_utf8_refuses_boot_rather_than_read_as_unset() {

@@ -3,7 +3,7 @@
 use super::variables::{RATE_LIMIT_DRIVER, RATE_LIMIT_REDIS_PREFIX, RATE_LIMIT_REDIS_URL};
 use crate::config::{ConfigError, Env};
 use crate::redis_client::RedisConfig;
-use crate::redis_client::redact_credentials;
+use crate::redis_client::{redact_credentials, url_text};
 
 /// Where the Redis driver keeps its buckets, and how long it waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,14 +27,10 @@ impl RedisPlan {
     /// positive whole number of milliseconds, are errors naming the variable.
     /// Nothing here connects.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
-        let raw = env
-            .text(RATE_LIMIT_REDIS_URL)?
-            .ok_or_else(|| ConfigError::Missing {
-                variable: RATE_LIMIT_REDIS_URL.to_owned(),
-                reason: format!(
-                    "{RATE_LIMIT_DRIVER}=redis needs the address of Redis, {URL_FORMS}"
-                ),
-            })?;
+        let raw = url_text(env, RATE_LIMIT_REDIS_URL)?.ok_or_else(|| ConfigError::Missing {
+            variable: RATE_LIMIT_REDIS_URL.to_owned(),
+            reason: format!("{RATE_LIMIT_DRIVER}=redis needs the address of Redis, {URL_FORMS}"),
+        })?;
         let config = RedisConfig::from_url(&raw).map_err(|e| ConfigError::Invalid {
             // The credentials of a URL never reach a log.
             variable: RATE_LIMIT_REDIS_URL.to_owned(),

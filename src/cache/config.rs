@@ -10,7 +10,9 @@ use crate::config::{ConfigError, Env};
 use crate::container::App;
 use crate::limiter::CacheRateLimiter;
 #[cfg(feature = "redis")]
-use crate::redis_client::{RedisConfig, RedisConnection, is_socket_scheme, redact_credentials};
+use crate::redis_client::{
+    RedisConfig, RedisConnection, is_socket_scheme, redact_credentials, url_text,
+};
 
 /// Which backend the cache uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -247,7 +249,7 @@ fn laravel_slug(title: &str) -> String {
 #[cfg(feature = "redis")]
 fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
     let database = env.parse::<u32>("REDIS_CACHE_DB")?.unwrap_or(1);
-    let (variable, url) = match env.text("REDIS_URL")? {
+    let (variable, url) = match url_text(env, "REDIS_URL")? {
         Some(url) => ("REDIS_URL", url),
         None => ("REDIS_HOST", url_from_parts(env, database)?),
     };

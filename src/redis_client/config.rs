@@ -301,6 +301,23 @@ fn scheme_of(url: &str) -> &str {
     url.split_once("://").map_or("", |(scheme, _)| scheme)
 }
 
+/// The value of the URL variable `name`, as [`Env::text`] reads it, with a
+/// refusal that shows the value with its credentials hidden.
+pub(crate) fn url_text(env: &Env, name: &str) -> Result<Option<String>, ConfigError> {
+    env.text(name).map_err(|error| match error {
+        ConfigError::Invalid {
+            variable,
+            value,
+            reason,
+        } => ConfigError::Invalid {
+            variable,
+            value: redact_credentials(&value),
+            reason,
+        },
+        other => other,
+    })
+}
+
 /// A URL, or a comma-separated list of them, with each one's credentials
 /// replaced by `***`: the user and password before `@`, and a Unix socket
 /// URL's `user=` and `pass=`. Works on a value that does not parse, for

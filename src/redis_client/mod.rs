@@ -12,7 +12,7 @@ mod reply;
 mod script_call;
 
 pub use config::{RedisConfig, RedisUrlError};
-pub(crate) use config::{is_socket_scheme, redact_credentials};
+pub(crate) use config::{is_socket_scheme, redact_credentials, url_text};
 pub use connection::{RedisBackendError, RedisConnection};
 pub(crate) use reply::reply_numbers;
 pub(crate) use script_call::ScriptCall;
