@@ -1044,22 +1044,32 @@ async fn one_node_of_a_cluster_given_as_one_url_refuses_boot() {
         format!("refusing to boot: RATE_LIMIT_REDIS_URL={one} {why}")
     );
     assert!(app.get::<dyn RateLimiterDriver>().is_none());
-    // The cache store's Redis the same way; its URL takes REDIS_CACHE_DB's
-    // database, which a cluster node would refuse to select besides.
-    let with_db = format!("{one}/0");
-    let (app, refused) = boot(&[
-        ("APP_ENV", "staging"),
-        ("CACHE_STORE", "redis"),
-        ("REDIS_URL", &with_db),
-    ])
-    .await;
-    assert_eq!(
-        refused.unwrap_err(),
-        format!(
-            "refusing to boot: the cache store's Redis, {with_db} (REDIS_URL, or REDIS_HOST and REDIS_PORT), {why}"
-        )
-    );
-    assert!(app.get::<dyn RateLimiterDriver>().is_none());
+    // The cache store's Redis the same way, on the database it would ask
+    // for (REDIS_CACHE_DB, 1 by default) and on the one its URL names.
+    let port = cluster.ports()[0].to_string();
+    for (pairs, shown) in [
+        (vec![("REDIS_URL", one.clone())], format!("{one}/1")),
+        (vec![("REDIS_URL", format!("{one}/0"))], format!("{one}/0")),
+        (
+            vec![
+                ("REDIS_HOST", "127.0.0.1".to_owned()),
+                ("REDIS_PORT", port.clone()),
+            ],
+            format!("{one}/1"),
+        ),
+    ] {
+        let mut env = vec![("APP_ENV", "staging"), ("CACHE_STORE", "redis")];
+        env.extend(pairs.iter().map(|(name, value)| (*name, value.as_str())));
+        let (app, refused) = boot(&env).await;
+        assert_eq!(
+            refused.unwrap_err(),
+            format!(
+                "refusing to boot: the cache store's Redis, {shown} (REDIS_URL, or REDIS_HOST and REDIS_PORT), {why}"
+            ),
+            "{pairs:?}"
+        );
+        assert!(app.get::<dyn RateLimiterDriver>().is_none());
+    }
 }
 
 /// Collects what a `fmt` subscriber writes.

@@ -27,7 +27,9 @@ impl BootPlan {
         }
         #[cfg(feature = "redis")]
         if let Some(config) = &self.cache.redis {
-            let probe = crate::redis_client::RedisConnection::new(config.clone())?;
+            // On database 0: a cluster node refuses to select the cache's
+            // (REDIS_CACHE_DB, 1 unless set), and would answer nothing.
+            let probe = crate::redis_client::RedisConnection::new(config.on_database_zero())?;
             let subject = format!(
                 "the cache store's Redis, {} (REDIS_URL, or REDIS_HOST and REDIS_PORT),",
                 config.redacted()

@@ -208,6 +208,38 @@ impl RedisConfig {
         self.nodes.iter().any(|n| n.starts_with("rediss://"))
     }
 
+    /// This configuration with every node on database 0: what a probe asks
+    /// with, since a node of a Redis Cluster refuses to select another.
+    pub(crate) fn on_database_zero(&self) -> Self {
+        let nodes = self
+            .nodes
+            .iter()
+            .map(|node| {
+                let Some(mut url) = ::redis::parse_redis_url(node) else {
+                    return node.clone();
+                };
+                if is_socket_scheme(url.scheme()) {
+                    let kept: Vec<(String, String)> = url
+                        .query_pairs()
+                        .filter(|(name, _)| name != "db")
+                        .map(|(name, value)| (name.into_owned(), value.into_owned()))
+                        .collect();
+                    url.query_pairs_mut()
+                        .clear()
+                        .extend_pairs(kept)
+                        .append_pair("db", "0");
+                } else {
+                    url.set_path("/0");
+                }
+                url.to_string()
+            })
+            .collect();
+        Self {
+            nodes,
+            ..self.clone()
+        }
+    }
+
     /// The URLs with credentials replaced by `***`, for logs.
     pub fn redacted(&self) -> String {
         let kind = if self.cluster { "cluster " } else { "" };
@@ -516,6 +548,21 @@ mod tests {
             once.redacted(),
             "cluster redis://***@a:7000,redis://***@b:7001"
         );
+    }
+
+    #[test]
+    fn a_probe_asks_database_0() {
+        for (url, probe) in [
+            ("redis://u:p@h:6379/1", "redis://u:p@h:6379/0"),
+            ("redis://h:6379", "redis://h:6379/0"),
+            (
+                "unix:///run/redis.sock?db=2&pass=p",
+                "unix:///run/redis.sock?pass=p&db=0",
+            ),
+        ] {
+            let config = RedisConfig::from_url(url).unwrap();
+            assert_eq!(config.on_database_zero().nodes(), [probe], "{url}");
+        }
     }
 
     #[test]
