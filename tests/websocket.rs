@@ -475,6 +475,115 @@ async fn a_101_a_later_middleware_replaces_starts_no_session_and_keeps_no_place(
     server.stop().await;
 }
 
+/// Sends one message of `self.0` bytes, and reports how the send went.
+struct SendBytes(usize, tokio::sync::mpsc::UnboundedSender<String>);
+
+#[async_trait]
+impl WebSocketHandler for SendBytes {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        let sent = match socket.send(Message::binary(vec![7_u8; self.0])).await {
+            Ok(()) => "sent".to_owned(),
+            Err(error) => error.to_string(),
+        };
+        let _ = self.1.send(sent);
+    }
+}
+
+#[tokio::test]
+async fn a_handler_sends_a_message_larger_than_the_read_limit() {
+    let (sent, mut report) = tokio::sync::mpsc::unbounded_channel();
+    let size = 2 << 20;
+    let server = TestServer::start(ws!("/big", SendBytes(size, sent))).await;
+    let mut client = connect(server.addr(), "127.0.0.1", "/big").await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("no message in time");
+    match got {
+        Some(Ok(Message::Binary(bytes))) => assert_eq!(bytes.len(), size),
+        other => panic!("expected {size} bytes, got {other:?}"),
+    }
+    assert_eq!(report.recv().await.as_deref(), Some("sent"));
+    close(client).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_read_limit_of_zero_still_runs_the_handler() {
+    let (sent, mut report) = tokio::sync::mpsc::unbounded_channel();
+    let router = suprnova::ws::route_with_max_message_size("/ws", SendBytes(3, sent), 0);
+    let server = TestServer::start(router).await;
+    let mut client = connect(server.addr(), "127.0.0.1", "/ws").await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), client.next())
+        .await
+        .expect("no message in time");
+    assert!(
+        matches!(got, Some(Ok(Message::Binary(ref b))) if b.len() == 3),
+        "{got:?}"
+    );
+    assert_eq!(report.recv().await.as_deref(), Some("sent"));
+    close(client).await;
+    server.stop().await;
+}
+
+/// Waits for the test to let it send, then sends once and reports whether
+/// the send went through.
+struct SendWhenReleased(
+    Arc<tokio::sync::Semaphore>,
+    tokio::sync::mpsc::UnboundedSender<bool>,
+);
+
+#[async_trait]
+impl WebSocketHandler for SendWhenReleased {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        self.0.acquire().await.unwrap().forget();
+        let _ = self.1.send(socket.send("reply").await.is_ok());
+    }
+}
+
+/// During a shutdown, a send the peer takes goes through: only one that
+/// waits gives up.
+#[tokio::test]
+async fn during_a_shutdown_a_send_to_a_reading_peer_goes_through() {
+    const SOCKETS: usize = 20;
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    let (sent, mut report) = tokio::sync::mpsc::unbounded_channel();
+    let server = TestServer::start(ws!("/ws", SendWhenReleased(gate.clone(), sent))).await;
+    let mut readers = Vec::new();
+    for _ in 0..SOCKETS {
+        let mut client = connect(server.addr(), "127.0.0.1", "/ws").await.unwrap();
+        readers.push(tokio::spawn(async move {
+            let mut got = Vec::new();
+            while let Some(Ok(message)) = client.next().await {
+                got.push(message);
+            }
+            got
+        }));
+    }
+    let stopping = tokio::spawn(server.stop());
+    // The flag is up before the handlers send.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gate.add_permits(SOCKETS);
+    let mut went_through = 0;
+    for _ in 0..SOCKETS {
+        let sent = support::within("a send's report", Duration::from_secs(10), report.recv()).await;
+        went_through += usize::from(sent == Some(true));
+    }
+    assert_eq!(went_through, SOCKETS);
+    support::within("the shutdown", Duration::from_secs(20), stopping)
+        .await
+        .unwrap();
+    for reader in readers {
+        let got = support::within("a reader", Duration::from_secs(5), reader)
+            .await
+            .unwrap();
+        assert!(
+            got.iter()
+                .any(|m| matches!(m, Message::Text(t) if t.as_str() == "reply")),
+            "{got:?}"
+        );
+    }
+}
+
 // ---- what a peer may send ---------------------------------------------------
 
 /// A handshake over raw TCP: the stream and the response head.

@@ -57,8 +57,10 @@
 //! A socket reads messages (and frames) of up to [`MAX_MESSAGE_SIZE`], 1 MiB
 //! ([`route_with_max_message_size`] sets another): a larger one ends the
 //! read with an error and closes the socket with code 1009, a frame that
-//! breaks the protocol with 1002. What the server writes to a peer that does
-//! not read waits in a bounded buffer. A handshake over HTTP/1.0 gets `400`.
+//! breaks the protocol with 1002. A socket sends messages of up to
+//! [`MAX_SEND_SIZE`], 16 MiB, and what the server writes to a peer that does
+//! not read waits in a buffer of at most that and 128 KiB. A handshake over
+//! HTTP/1.0 gets `400`.
 //!
 //! Upgrades need a connection: serve the router with
 //! [`server`](crate::server). An in-process request
@@ -77,5 +79,7 @@ pub(crate) use route::confirm_upgrade;
 pub(crate) use sessions::Sessions;
 
 pub use handler::WebSocketHandler;
-pub use route::{CLOSE_TIMEOUT, MAX_MESSAGE_SIZE, route, route_with_max_message_size};
+pub use route::{
+    CLOSE_TIMEOUT, MAX_MESSAGE_SIZE, MAX_SEND_SIZE, route, route_with_max_message_size,
+};
 pub use socket::{Message, WebSocket, WebSocketError};

@@ -29,10 +29,14 @@ pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 /// more. [`route_with_max_message_size`] sets another.
 pub const MAX_MESSAGE_SIZE: usize = 1 << 20;
 
-/// What the server writes to a socket waits in a buffer while the peer
-/// does not read, up to this much beyond one message; past it a send fails
-/// (and an answer to a ping replaces the one before), so a peer that sends
-/// pings and never reads cannot grow the server's memory.
+/// The largest message a socket sends: 16 MiB. What the server writes to a
+/// socket waits in a buffer while the peer does not read, up to this much
+/// beyond the 128 KiB it gathers before writing; past it a send fails (and
+/// an answer to a ping replaces the one before), so a peer that sends pings
+/// and never reads cannot grow the server's memory past it.
+pub const MAX_SEND_SIZE: usize = 16 << 20;
+
+/// What a socket gathers before it writes to the connection.
 const WRITE_BUFFER_SIZE: usize = 128 * 1024;
 
 /// A [`Router`] with one `GET` route at `path` that upgrades to a WebSocket
@@ -68,7 +72,7 @@ pub fn route_with_max_message_size<H: WebSocketHandler>(
     let handler = Arc::new(handler);
     let config = WebSocketConfig::default()
         .write_buffer_size(WRITE_BUFFER_SIZE)
-        .max_write_buffer_size(WRITE_BUFFER_SIZE.saturating_add(bytes))
+        .max_write_buffer_size(WRITE_BUFFER_SIZE + MAX_SEND_SIZE)
         .max_message_size(Some(bytes))
         .max_frame_size(Some(bytes));
     Router::new().get(path, move |request: Request| {

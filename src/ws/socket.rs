@@ -64,11 +64,13 @@ impl WebSocket {
         let stream = self.stream.as_mut()?;
         let next = match self.shutdown.as_mut() {
             Some(shutdown) => tokio::select! {
-                next = stream.next() => next,
+                // The flag first: once it is up, the read returns `None`.
+                biased;
                 () = shutting_down(shutdown) => {
                     going_away(stream).await;
                     return None;
                 }
+                next = stream.next() => next,
             },
             None => stream.next().await,
         };
@@ -92,11 +94,12 @@ impl WebSocket {
         }
     }
 
-    /// Sends `message`. While the server shuts down, a send that waits (the
-    /// peer does not read) gives up: the peer is sent a close frame with
-    /// code 1001, going away, and the send fails with
+    /// Sends `message`. While the server shuts down, a send still waiting
+    /// [`CLOSE_TIMEOUT`](super::CLOSE_TIMEOUT) after the shutdown began (the
+    /// peer does not read) gives up and fails with
     /// [`ConnectionClosed`](WebSocketError::ConnectionClosed), so that a
-    /// handler that only writes ends too.
+    /// handler that only writes ends too; a send the peer takes goes
+    /// through.
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), WebSocketError> {
         let Some(stream) = self.stream.as_mut() else {
             return Err(WebSocketError::AlreadyClosed);
@@ -104,13 +107,17 @@ impl WebSocket {
         let Some(shutdown) = self.shutdown.as_mut() else {
             return stream.send(message.into()).await;
         };
+        let mut sending = std::pin::pin!(stream.send(message.into()));
         tokio::select! {
-            sent = stream.send(message.into()) => sent,
-            () = shutting_down(shutdown) => {
-                going_away(stream).await;
-                Err(WebSocketError::ConnectionClosed)
-            }
+            // The send first: one that is ready goes through, whatever the
+            // flag says.
+            biased;
+            sent = &mut sending => return sent,
+            () = shutting_down(shutdown) => {}
         }
+        tokio::time::timeout(super::CLOSE_TIMEOUT, sending)
+            .await
+            .unwrap_or(Err(WebSocketError::ConnectionClosed))
     }
 
     /// Starts the close handshake: sends a close frame. Reading on after it
