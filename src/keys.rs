@@ -1,6 +1,7 @@
 //! Building blocks of bucket keys: the address a client is counted by, and
 //! the hash that keeps people's identifiers out of the store.
 
+use std::borrow::Cow;
 use std::hash::BuildHasher;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::sync::OnceLock;
@@ -117,10 +118,11 @@ pub fn sha256_hex(value: &str) -> String {
 
 /// A request path as the router matches it, for a bucket key: empty
 /// segments dropped (the router serves `/login/`, `//login` and `/login`
-/// alike), and a percent-escape of a letter, a digit, `-`, `.`, `_` or `~`
-/// decoded (`/users/%34%32` is `/users/42`), the hex digits of any other
-/// escape in capitals. A key on the raw path would give each spelling of
-/// one route a bucket of its own, a way around the limit.
+/// alike) and each segment's percent-escapes decoded once, as the router
+/// decodes them (`/users/%34%32` is `/users/42`, `/token%3Arefresh` is
+/// `/token:refresh`), but for an escaped `/`, which stays `%2F` inside its
+/// segment where a `/` would split it. A key on the raw path would give
+/// each spelling of one route a bucket of its own, a way around the limit.
 ///
 /// ```
 /// use suprnova::keys::route_path;
@@ -128,6 +130,7 @@ pub fn sha256_hex(value: &str) -> String {
 /// assert_eq!(route_path("/login"), "/login");
 /// assert_eq!(route_path("//login/"), "/login");
 /// assert_eq!(route_path("/users/%34%32/reset"), "/users/42/reset");
+/// assert_eq!(route_path("/token%3arefresh"), "/token:refresh");
 /// assert_eq!(route_path("/files/a%2fb"), "/files/a%2Fb");
 /// assert_eq!(route_path(""), "/");
 /// ```
@@ -142,7 +145,12 @@ pub fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
     let mut out = String::with_capacity(path.len());
     for segment in path.split('/').filter(|s| !s.is_empty()) {
         out.push('/');
-        push_unescaped_segment(&mut out, segment);
+        // A segment that is not UTF-8 once decoded matches no route: any
+        // spelling will do, and it keeps its own.
+        match percent_decoded(segment, true) {
+            Some(decoded) => out.push_str(&decoded),
+            None => out.push_str(segment),
+        }
     }
     if out.is_empty() {
         out.push('/');
@@ -150,36 +158,39 @@ pub fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
-/// Appends `segment` with its escapes of unreserved characters decoded and
-/// the hex of the others in capitals; a `%` not followed by two hex digits
-/// as it is.
-fn push_unescaped_segment(out: &mut String, segment: &str) {
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+/// `segment` with its percent-escapes decoded once (a `%` not followed by
+/// two hex digits stays as it is; with `keep_slash`, an escaped `/` stays
+/// `%2F`); `None` when the bytes are not UTF-8. The router reads each
+/// segment of a path this way before it matches it.
+pub(crate) fn percent_decoded(segment: &str, keep_slash: bool) -> Option<Cow<'_, str>> {
+    if !segment.contains('%') {
+        return Some(Cow::Borrowed(segment));
+    }
     let bytes = segment.as_bytes();
-    let mut copied = 0;
+    let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        let Some(byte) = escaped_byte(bytes, i) else {
-            i += 1;
-            continue;
-        };
-        out.push_str(&segment[copied..i]);
-        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
-            out.push(char::from(byte));
-        } else {
-            out.push('%');
-            out.push(char::from(HEX[usize::from(byte >> 4)]));
-            out.push(char::from(HEX[usize::from(byte & 0x0f)]));
+        match escaped_byte(bytes, i) {
+            Some(b'/') if keep_slash => {
+                out.extend_from_slice(b"%2F");
+                i += 3;
+            }
+            Some(byte) => {
+                out.push(byte);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
         }
-        i += 3;
-        copied = i;
     }
-    out.push_str(&segment[copied..]);
+    String::from_utf8(out).ok().map(Cow::Owned)
 }
 
 /// The byte of the percent-escape that starts at `at` in `bytes` (`%` and
 /// two hex digits); `None` when none starts there.
-pub(crate) fn escaped_byte(bytes: &[u8], at: usize) -> Option<u8> {
+fn escaped_byte(bytes: &[u8], at: usize) -> Option<u8> {
     match bytes.get(at..at + 3)? {
         [b'%', high, low] if high.is_ascii_hexdigit() && low.is_ascii_hexdigit() => {
             let value = |digit: u8| match digit {

@@ -560,3 +560,33 @@ mod on_redis {
         .await;
     }
 }
+
+/// A limit keyed on `Request::route_path` counts every spelling the router
+/// serves in one bucket: the router decodes `/token%3Arefresh` and
+/// `/token%3arefresh` to the `/token:refresh` route, and so does the key.
+#[tokio::test]
+async fn a_key_on_route_path_counts_every_spelling_the_router_serves() {
+    let driver: Arc<dyn RateLimiterDriver> = Arc::new(InMemoryRateLimiter::new());
+    let router = Router::new()
+        .post("/token:refresh", |_req: Request| async {
+            HttpResponse::text("ok")
+        })
+        .middleware(RateLimitMiddleware::new(
+            driver,
+            SlidingWindowConfig::new(1, Duration::from_secs(60)),
+            |req| format!("path:{}", req.route_path()),
+        ));
+    let mut statuses = Vec::new();
+    for path in ["/token:refresh", "/token%3Arefresh", "/token%3arefresh"] {
+        let request = http::Request::post(path)
+            .body(Full::<Bytes>::default())
+            .unwrap();
+        let peer: SocketAddr = "198.51.100.7:1".parse().unwrap();
+        statuses.push(
+            handle_request_with_peer(&router, request, peer)
+                .await
+                .status_code(),
+        );
+    }
+    assert_eq!(statuses, [200, 429, 429]);
+}

@@ -1,9 +1,8 @@
 //! Route paths: literal segments and `{param}` segments.
 
-use std::borrow::Cow;
 use std::sync::Arc;
 
-use crate::keys::escaped_byte;
+use crate::keys::percent_decoded;
 
 /// One segment of a route path.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,7 +43,7 @@ impl PathPattern {
                     "route path {raw:?} has an invalid segment {part:?}"
                 ));
             } else {
-                let literal = decoded(part).ok_or_else(|| {
+                let literal = percent_decoded(part, false).ok_or_else(|| {
                     format!(
                         "route path {raw:?} has a segment {part:?} that is not UTF-8 once decoded"
                     )
@@ -109,7 +108,7 @@ impl PathPattern {
         let mut params = Vec::new();
         let mut parts = path.split('/').filter(|s| !s.is_empty());
         for segment in &self.segments {
-            let part = decoded(parts.next()?)?;
+            let part = percent_decoded(parts.next()?, false)?;
             match segment {
                 Segment::Literal(lit) if *lit == *part => {}
                 Segment::Literal(_) => return None,
@@ -121,30 +120,6 @@ impl PathPattern {
         }
         Some(params)
     }
-}
-
-/// `segment` with its percent-escapes decoded (a `%` not followed by two
-/// hex digits stays as it is); `None` when the bytes are not UTF-8.
-fn decoded(segment: &str) -> Option<Cow<'_, str>> {
-    if !segment.contains('%') {
-        return Some(Cow::Borrowed(segment));
-    }
-    let bytes = segment.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        match escaped_byte(bytes, i) {
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok().map(Cow::Owned)
 }
 
 #[cfg(test)]
