@@ -12,6 +12,7 @@ use http_body_util::BodyExt;
 use super::body::{BodyError, BodyState, BoxError};
 use super::proxies::TrustedProxies;
 use crate::keys::{canonical_ip, push_ip};
+use crate::routing::MatchedRoute;
 
 /// The longest an IPv6 address is as text (`ffff:...` eight groups of four).
 const IPV6_TEXT_MAX: usize = 39;
@@ -39,8 +40,8 @@ pub struct Request {
     parts: Box<http::request::Parts>,
     body: BodyState,
     peer: Option<SocketAddr>,
-    /// The route the router matched, in its one spelling.
-    route: Option<Arc<str>>,
+    /// The route the router matched.
+    route: Option<MatchedRoute>,
     params: Vec<(String, String)>,
     /// `None` trusts no proxy, as does a list with nothing in it.
     proxies: Option<Arc<TrustedProxies>>,
@@ -194,11 +195,14 @@ impl Request {
     /// # });
     /// ```
     pub fn matched_route(&self) -> Option<&str> {
-        self.route.as_deref()
+        self.route.as_ref().map(MatchedRoute::as_str)
     }
 
-    pub(crate) fn set_route(&mut self, route: Arc<str>, params: Vec<(String, String)>) {
+    pub(crate) fn set_route(&mut self, route: MatchedRoute) {
         self.route = Some(route);
+    }
+
+    pub(crate) fn set_params(&mut self, params: Vec<(String, String)>) {
         self.params = params;
     }
 

@@ -9,4 +9,4 @@ pub use handler::Handler;
 pub use router::{RouteError, RouteInfo, Router};
 
 pub(crate) use handler::panicked;
-pub(crate) use router::ConnectionRouter;
+pub(crate) use router::{ConnectionRouter, MatchedRoute};

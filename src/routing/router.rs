@@ -60,6 +60,26 @@ struct Route {
 /// from every core.
 pub(crate) struct ConnectionRouter(pub(crate) Arc<Router>);
 
+/// The route a request was matched to, for
+/// [`Request::matched_route`](crate::Request::matched_route).
+pub(crate) enum MatchedRoute {
+    /// Matched in process: the route's name itself.
+    Shared(Arc<str>),
+    /// Matched on a connection: the connection's handle and the route's
+    /// index.
+    Connection(Arc<ConnectionRouter>, usize),
+}
+
+impl MatchedRoute {
+    /// The route in its one spelling (`/items/{id}`).
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            MatchedRoute::Shared(name) => name,
+            MatchedRoute::Connection(router, index) => router.0.routes[*index].path.canonical(),
+        }
+    }
+}
+
 /// One route of a router, reached through a connection's handle.
 #[derive(Clone)]
 struct HandledRoute {
@@ -307,9 +327,12 @@ impl Router {
     pub fn dispatch(&self, mut request: Request) -> impl Future<Output = HttpResponse> + '_ {
         // Matched before the future is made, so that the future holds the
         // chain's future or the answer, never the request beside them.
-        let found = self
-            .find(&mut request)
-            .map(|index| run_chain(self.routes[index].chain.clone(), 0, request));
+        let found = self.find(&mut request).map(|index| {
+            request.set_route(MatchedRoute::Shared(
+                self.routes[index].path.canonical().clone(),
+            ));
+            run_chain(self.routes[index].chain.clone(), 0, request)
+        });
         response_of(found)
     }
 
@@ -320,10 +343,13 @@ impl Router {
         router: Arc<ConnectionRouter>,
         mut request: Request,
     ) -> impl Future<Output = HttpResponse> {
-        let found = router
-            .0
-            .find(&mut request)
-            .map(|index| run_chain(HandledRoute { router, index }, 0, request));
+        let found = router.0.find(&mut request).map(|index| {
+            // Through the connection's handle, whose count no other
+            // connection writes, rather than the route's name, which every
+            // connection's requests would.
+            request.set_route(MatchedRoute::Connection(router.clone(), index));
+            run_chain(HandledRoute { router, index }, 0, request)
+        });
         response_of(found)
     }
 
@@ -343,7 +369,7 @@ impl Router {
             };
             let method = request.method();
             if route.method == method {
-                request.set_route(route.path.canonical().clone(), params);
+                request.set_params(params);
                 return Ok(index);
             }
             if method == Method::HEAD && route.method == Method::GET {
@@ -353,7 +379,7 @@ impl Router {
             allowed.push(&route.method);
         }
         if let Some((index, params)) = get_for_head {
-            request.set_route(self.routes[index].path.canonical().clone(), params);
+            request.set_params(params);
             return Ok(index);
         }
         if allowed.is_empty() {
