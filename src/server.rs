@@ -242,13 +242,7 @@ impl Server {
                         let router = router.clone();
                         let answer =
                             catching_panics(|| Router::dispatch_handled(router, request));
-                        async move {
-                            let mut answer = answer.await;
-                            // A WebSocket's session starts only when its 101
-                            // is the answer that goes out.
-                            crate::ws::confirm_upgrade(&mut answer);
-                            Ok::<_, Infallible>(answer.into_http())
-                        }
+                        async move { Ok::<_, Infallible>(answer.await.into_http()) }
                     });
                     let connection = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
@@ -352,12 +346,7 @@ where
     B::Error: Into<BoxError>,
 {
     let request = prepare(request, peer);
-    // The answer goes out as it is returned: a WebSocket's 101 among them,
-    // whose session may start.
-    catching_panics(|| router.dispatch(request)).map(|mut answer| {
-        crate::ws::confirm_upgrade(&mut answer);
-        answer
-    })
+    catching_panics(|| router.dispatch(request))
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies

@@ -24,21 +24,20 @@ where
     Fut: Future<Output = R> + Send + 'static,
     R: IntoResponse,
 {
-    /// A panic of the handler, making its future or running it, is its
-    /// route's answer, `500`, inside the route's middleware: a throttle still
+    /// A panic while the handler's future runs is its route's answer,
+    /// `500`, inside the route's middleware (one while a handler makes its
+    /// future, before it returns one, is answered 500 by the server): a throttle still
     /// counts the request (its `after` callbacks see the 500) and adds its
     /// headers, as Laravel's pipeline turns an exception into a response
     /// before its throttle sees it.
     fn call(&self, request: Request) -> BoxFuture<'static, Response> {
-        match std::panic::catch_unwind(AssertUnwindSafe(|| self(request))) {
-            Ok(fut) => Box::pin(async move {
-                match AssertUnwindSafe(fut).catch_unwind().await {
-                    Ok(answer) => answer.into_response(),
-                    Err(_) => Ok(panicked()),
-                }
-            }),
-            Err(_) => Box::pin(std::future::ready(Ok(panicked()))),
-        }
+        let fut = self(request);
+        Box::pin(async move {
+            match AssertUnwindSafe(fut).catch_unwind().await {
+                Ok(answer) => answer.into_response(),
+                Err(_) => Ok(panicked()),
+            }
+        })
     }
 }
 

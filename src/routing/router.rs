@@ -407,7 +407,15 @@ async fn response_of(
     found: Result<futures_util::future::BoxFuture<'static, crate::http::Response>, HttpResponse>,
 ) -> HttpResponse {
     match found {
-        Ok(chain) => chain.await.unwrap_or_else(|short_circuit| short_circuit),
+        Ok(chain) => {
+            let mut answer = chain.await.unwrap_or_else(|short_circuit| short_circuit);
+            // The router's answer is the one that goes out: a WebSocket's
+            // 101 among them, whose session may start now.
+            if answer.status_code() == 101 {
+                crate::ws::confirm_upgrade(&mut answer);
+            }
+            answer
+        }
         Err(answer) => answer,
     }
 }
