@@ -132,6 +132,10 @@ pub fn sha256_hex(value: &str) -> String {
 /// assert_eq!(route_path("/users/%34%32/reset"), "/users/42/reset");
 /// assert_eq!(route_path("/token%3arefresh"), "/token:refresh");
 /// assert_eq!(route_path("/files/a%2fb"), "/files/a%2Fb");
+/// // The router reads `a%2Fb` here, not `a/b`: another spelling.
+/// assert_eq!(route_path("/files/a%252Fb"), "/files/a%252Fb");
+/// // The router reads `100%` in both.
+/// assert_eq!(route_path("/off/100%"), route_path("/off/100%25"));
 /// assert_eq!(route_path(""), "/");
 /// ```
 pub fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
@@ -159,9 +163,11 @@ pub fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// `segment` with its percent-escapes decoded once (a `%` not followed by
-/// two hex digits stays as it is; with `keep_slash`, an escaped `/` stays
-/// `%2F`); `None` when the bytes are not UTF-8. The router reads each
-/// segment of a path this way before it matches it.
+/// two hex digits stays as it is); `None` when the bytes are not UTF-8. The
+/// router reads each segment of a path this way before it matches it. With
+/// `keep_slash`, for a key, a decoded `/` is written `%2F` and every `%` the
+/// router reads (escaped or not) `%25`, so that two paths the router reads
+/// apart never share a spelling.
 pub(crate) fn percent_decoded(segment: &str, keep_slash: bool) -> Option<Cow<'_, str>> {
     if !segment.contains('%') {
         return Some(Cow::Borrowed(segment));
@@ -170,20 +176,16 @@ pub(crate) fn percent_decoded(segment: &str, keep_slash: bool) -> Option<Cow<'_,
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
-        match escaped_byte(bytes, i) {
-            Some(b'/') if keep_slash => {
-                out.extend_from_slice(b"%2F");
-                i += 3;
-            }
-            Some(byte) => {
-                out.push(byte);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
+        let (byte, width) = match escaped_byte(bytes, i) {
+            Some(byte) => (byte, 3),
+            None => (bytes[i], 1),
+        };
+        match byte {
+            b'/' if keep_slash => out.extend_from_slice(b"%2F"),
+            b'%' if keep_slash => out.extend_from_slice(b"%25"),
+            byte => out.push(byte),
         }
+        i += width;
     }
     String::from_utf8(out).ok().map(Cow::Owned)
 }

@@ -346,7 +346,7 @@ where
     B::Error: Into<BoxError>,
 {
     let request = prepare(request, peer);
-    catching_panics(|| router.dispatch(request))
+    catching_panics(|| router.dispatch_outermost(request))
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies

@@ -584,6 +584,67 @@ async fn during_a_shutdown_a_send_to_a_reading_peer_goes_through() {
     }
 }
 
+/// Writes a tick every 20 ms until a send fails.
+struct Ticker;
+
+#[async_trait]
+impl WebSocketHandler for Ticker {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        while socket.send("tick").await.is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// A handler that only writes, to a peer that reads everything, ends within
+/// a close timeout of the shutdown: its sends stop going through.
+#[tokio::test]
+async fn a_shutdown_ends_a_handler_that_only_writes_to_a_reading_peer() {
+    let server = TestServer::start(ws!("/ws", Ticker)).await;
+    let mut client = connect(server.addr(), "127.0.0.1", "/ws").await.unwrap();
+    assert_eq!(next_text(&mut client).await, "tick");
+    let reader = tokio::spawn(async move { while let Some(Ok(_)) = client.next().await {} });
+    let started = Instant::now();
+    support::within("the shutdown", Duration::from_secs(20), server.stop()).await;
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(12), "the shutdown took {took:?}");
+    support::within("the reader", Duration::from_secs(5), reader)
+        .await
+        .unwrap();
+}
+
+/// A socket router dispatched from another router's route, whose
+/// middleware replaces the 101: no session starts there either.
+#[tokio::test]
+async fn a_101_replaced_outside_a_nested_router_starts_no_session() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let cap = RateLimitMiddleware::connections_per_ip(1);
+    let inner = Arc::new(ws!("/ws", GreetAndLeave).middleware(cap.clone()));
+    let outer = Router::new()
+        .get("/ws", move |request: Request| {
+            let inner = inner.clone();
+            async move { inner.dispatch(request).await }
+        })
+        .middleware(ReplaceTheAnswer);
+    let server = TestServer::start(outer).await;
+    let (mut stream, head) = raw_handshake(server.addr(), "HTTP/1.1").await;
+    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
+    let mut body = [0_u8; 13];
+    stream.read_exact(&mut body).await.unwrap();
+    wait_open(&cap, "127.0.0.1", 0).await;
+    stream.shutdown().await.unwrap();
+    let mut after = Vec::new();
+    support::within(
+        "the connection's end",
+        Duration::from_secs(5),
+        stream.read_to_end(&mut after),
+    )
+    .await
+    .unwrap();
+    assert_eq!(String::from_utf8_lossy(&after), "");
+    server.stop().await;
+}
+
 // ---- what a peer may send ---------------------------------------------------
 
 /// A handshake over raw TCP: the stream and the response head.

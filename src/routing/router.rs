@@ -324,7 +324,26 @@ impl Router {
     /// The route is matched when `dispatch` is called, and a route without
     /// middleware is handed the request then (its handler makes its
     /// future); the future `dispatch` returns runs the rest.
-    pub fn dispatch(&self, mut request: Request) -> impl Future<Output = HttpResponse> + '_ {
+    pub fn dispatch(&self, request: Request) -> impl Future<Output = HttpResponse> + '_ {
+        self.dispatch_as(request, false)
+    }
+
+    /// [`Router::dispatch`] for the answer that goes out as it is returned
+    /// (the in-process entry points): a WebSocket's 101 in it lets its
+    /// session start. A router dispatched from another's route does not:
+    /// the outer router's middleware may still replace the 101.
+    pub(crate) fn dispatch_outermost(
+        &self,
+        request: Request,
+    ) -> impl Future<Output = HttpResponse> + '_ {
+        self.dispatch_as(request, true)
+    }
+
+    fn dispatch_as(
+        &self,
+        mut request: Request,
+        outermost: bool,
+    ) -> impl Future<Output = HttpResponse> + '_ {
         // Matched before the future is made, so that the future holds the
         // chain's future or the answer, never the request beside them.
         let found = self.find(&mut request).map(|index| {
@@ -333,7 +352,7 @@ impl Router {
             ));
             run_chain(self.routes[index].chain.clone(), 0, request)
         });
-        response_of(found)
+        response_of(found, outermost)
     }
 
     /// [`Router::dispatch`] through a connection's handle on the router, so
@@ -350,7 +369,7 @@ impl Router {
             request.set_route(MatchedRoute::Connection(router.clone(), index));
             run_chain(HandledRoute { router, index }, 0, request)
         });
-        response_of(found)
+        response_of(found, true)
     }
 
     /// The index of the route that matches `request`, with the path's
@@ -405,13 +424,14 @@ impl Router {
 /// middleware answered before it, or the answer given when no route matched.
 async fn response_of(
     found: Result<futures_util::future::BoxFuture<'static, crate::http::Response>, HttpResponse>,
+    outermost: bool,
 ) -> HttpResponse {
     match found {
         Ok(chain) => {
             let mut answer = chain.await.unwrap_or_else(|short_circuit| short_circuit);
-            // The router's answer is the one that goes out: a WebSocket's
-            // 101 among them, whose session may start now.
-            if answer.status_code() == 101 {
+            // The outermost router's answer is the one that goes out: a
+            // WebSocket's 101 among them, whose session may start now.
+            if outermost && answer.status_code() == 101 {
                 crate::ws::confirm_upgrade(&mut answer);
             }
             answer

@@ -49,9 +49,9 @@
 //! When the server shuts down, every open socket is told: its next
 //! [`WebSocket::recv`] (or the one it is waiting in) sends the peer a close
 //! frame with code 1001, going away, and returns `None`, so a handler that
-//! reads its socket ends; a [`WebSocket::send`] that waits for a peer that
-//! does not read gives up the same way and fails. Each of these closes waits
-//! at most [`CLOSE_TIMEOUT`] for the peer. The server waits for the
+//! reads its socket ends; [`WebSocket::send`] goes on for [`CLOSE_TIMEOUT`]
+//! after the shutdown began and then fails, so a handler that only writes
+//! ends too. Each close waits at most [`CLOSE_TIMEOUT`] for the peer. The server waits for the
 //! sessions, within its [`SHUTDOWN_GRACE`](crate::server::SHUTDOWN_GRACE).
 //!
 //! A socket reads messages (and frames) of up to [`MAX_MESSAGE_SIZE`], 1 MiB

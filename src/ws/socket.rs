@@ -31,6 +31,8 @@ pub struct WebSocket {
     // The server's shutdown flag; `true` closes the socket at the next
     // read.
     shutdown: Option<watch::Receiver<bool>>,
+    // Once the flag is seen by a send: when sends stop going through.
+    sends_end_at: Option<tokio::time::Instant>,
     // Hands the stream back to the session when the socket drops, so the
     // close handshake can be completed after the handler is done with it.
     give_back: Option<oneshot::Sender<Stream>>,
@@ -49,6 +51,7 @@ impl WebSocket {
         Self {
             stream: Some(stream),
             shutdown,
+            sends_end_at: None,
             give_back: Some(give_back),
             client_ip,
             path,
@@ -94,12 +97,12 @@ impl WebSocket {
         }
     }
 
-    /// Sends `message`. While the server shuts down, a send still waiting
-    /// [`CLOSE_TIMEOUT`](super::CLOSE_TIMEOUT) after the shutdown began (the
-    /// peer does not read) gives up and fails with
+    /// Sends `message`. Once the server shuts down, sends go through for
+    /// [`CLOSE_TIMEOUT`](super::CLOSE_TIMEOUT) more (a send the peer takes
+    /// is not lost to the shutdown); after it, a send still waiting, and
+    /// every later one, fails with
     /// [`ConnectionClosed`](WebSocketError::ConnectionClosed), so that a
-    /// handler that only writes ends too; a send the peer takes goes
-    /// through.
+    /// handler that only writes ends too, whether its peer reads or not.
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), WebSocketError> {
         let Some(stream) = self.stream.as_mut() else {
             return Err(WebSocketError::AlreadyClosed);
@@ -107,15 +110,28 @@ impl WebSocket {
         let Some(shutdown) = self.shutdown.as_mut() else {
             return stream.send(message.into()).await;
         };
-        let mut sending = std::pin::pin!(stream.send(message.into()));
-        tokio::select! {
-            // The send first: one that is ready goes through, whatever the
-            // flag says.
-            biased;
-            sent = &mut sending => return sent,
-            () = shutting_down(shutdown) => {}
+        let sends_end_at = &mut self.sends_end_at;
+        if sends_end_at.is_none() && *shutdown.borrow() {
+            *sends_end_at = Some(tokio::time::Instant::now() + super::CLOSE_TIMEOUT);
         }
-        tokio::time::timeout(super::CLOSE_TIMEOUT, sending)
+        if sends_end_at.is_some_and(|end| end <= tokio::time::Instant::now()) {
+            // A timeout would still run a send that is ready.
+            return Err(WebSocketError::ConnectionClosed);
+        }
+        let mut sending = std::pin::pin!(stream.send(message.into()));
+        if sends_end_at.is_none() {
+            tokio::select! {
+                // The send first: one that is ready goes through, whatever
+                // the flag says.
+                biased;
+                sent = &mut sending => return sent,
+                () = shutting_down(shutdown) => {
+                    *sends_end_at = Some(tokio::time::Instant::now() + super::CLOSE_TIMEOUT);
+                }
+            }
+        }
+        let end = sends_end_at.unwrap_or_else(tokio::time::Instant::now);
+        tokio::time::timeout_at(end, sending)
             .await
             .unwrap_or(Err(WebSocketError::ConnectionClosed))
     }
