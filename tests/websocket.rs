@@ -448,20 +448,26 @@ impl Middleware for ReplaceTheAnswer {
 /// 403 is written to the connection, kept alive or not.
 #[tokio::test]
 async fn a_101_a_later_middleware_replaces_starts_no_session_and_keeps_no_place() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let cap = RateLimitMiddleware::connections_per_ip(1);
     let router = ws!("/ws", GreetAndLeave)
         .middleware(cap.clone())
         .middleware(ReplaceTheAnswer);
+    a_replaced_101_leaves_nothing(router, &cap).await;
+}
+
+/// Opens a socket on a server of `router`, whose 101 a middleware replaces
+/// with 403: the place `cap` counted is given back at once, and when the
+/// client ends its side of the kept-alive connection nothing more comes, no
+/// frame of a session that never opened.
+async fn a_replaced_101_leaves_nothing(router: Router, cap: &ConnectionsPerIp) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let server = TestServer::start(router).await;
     let (mut stream, head) = raw_handshake(server.addr(), "HTTP/1.1").await;
     assert!(head.starts_with("HTTP/1.1 403"), "{head}");
     let mut body = [0_u8; 13];
     stream.read_exact(&mut body).await.unwrap();
     assert_eq!(&body, b"403 Forbidden");
-    wait_open(&cap, "127.0.0.1", 0).await;
-    // The client ends its side of the kept-alive connection: nothing more
-    // comes, no frame of a session that never opened.
+    wait_open(cap, "127.0.0.1", 0).await;
     stream.shutdown().await.unwrap();
     let mut after = Vec::new();
     support::within(
@@ -489,12 +495,17 @@ impl WebSocketHandler for SendBytes {
     }
 }
 
-#[tokio::test]
-async fn a_handler_sends_a_message_larger_than_the_read_limit() {
+/// Opens `path` of a server of `route(handler)`, where the handler sends
+/// one message of `size` bytes: the client gets it whole, and the handler's
+/// send went through.
+async fn a_sent_message_arrives_whole(
+    path: &str,
+    size: usize,
+    route: impl FnOnce(SendBytes) -> Router,
+) {
     let (sent, mut report) = tokio::sync::mpsc::unbounded_channel();
-    let size = 2 << 20;
-    let server = TestServer::start(ws!("/big", SendBytes(size, sent))).await;
-    let mut client = connect(server.addr(), "127.0.0.1", "/big").await.unwrap();
+    let server = TestServer::start(route(SendBytes(size, sent))).await;
+    let mut client = connect(server.addr(), "127.0.0.1", path).await.unwrap();
     let got = tokio::time::timeout(Duration::from_secs(5), client.next())
         .await
         .expect("no message in time");
@@ -508,21 +519,16 @@ async fn a_handler_sends_a_message_larger_than_the_read_limit() {
 }
 
 #[tokio::test]
+async fn a_handler_sends_a_message_larger_than_the_read_limit() {
+    a_sent_message_arrives_whole("/big", 2 << 20, |handler| ws!("/big", handler)).await;
+}
+
+#[tokio::test]
 async fn a_read_limit_of_zero_still_runs_the_handler() {
-    let (sent, mut report) = tokio::sync::mpsc::unbounded_channel();
-    let router = suprnova::ws::route_with_max_message_size("/ws", SendBytes(3, sent), 0);
-    let server = TestServer::start(router).await;
-    let mut client = connect(server.addr(), "127.0.0.1", "/ws").await.unwrap();
-    let got = tokio::time::timeout(Duration::from_secs(5), client.next())
-        .await
-        .expect("no message in time");
-    assert!(
-        matches!(got, Some(Ok(Message::Binary(ref b))) if b.len() == 3),
-        "{got:?}"
-    );
-    assert_eq!(report.recv().await.as_deref(), Some("sent"));
-    close(client).await;
-    server.stop().await;
+    a_sent_message_arrives_whole("/ws", 3, |handler| {
+        suprnova::ws::route_with_max_message_size("/ws", handler, 0)
+    })
+    .await;
 }
 
 /// Waits for the test to let it send, then sends once and reports whether
@@ -617,7 +623,6 @@ async fn a_shutdown_ends_a_handler_that_only_writes_to_a_reading_peer() {
 /// middleware replaces the 101: no session starts there either.
 #[tokio::test]
 async fn a_101_replaced_outside_a_nested_router_starts_no_session() {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let cap = RateLimitMiddleware::connections_per_ip(1);
     let inner = Arc::new(ws!("/ws", GreetAndLeave).middleware(cap.clone()));
     let outer = Router::new()
@@ -626,23 +631,7 @@ async fn a_101_replaced_outside_a_nested_router_starts_no_session() {
             async move { inner.dispatch(request).await }
         })
         .middleware(ReplaceTheAnswer);
-    let server = TestServer::start(outer).await;
-    let (mut stream, head) = raw_handshake(server.addr(), "HTTP/1.1").await;
-    assert!(head.starts_with("HTTP/1.1 403"), "{head}");
-    let mut body = [0_u8; 13];
-    stream.read_exact(&mut body).await.unwrap();
-    wait_open(&cap, "127.0.0.1", 0).await;
-    stream.shutdown().await.unwrap();
-    let mut after = Vec::new();
-    support::within(
-        "the connection's end",
-        Duration::from_secs(5),
-        stream.read_to_end(&mut after),
-    )
-    .await
-    .unwrap();
-    assert_eq!(String::from_utf8_lossy(&after), "");
-    server.stop().await;
+    a_replaced_101_leaves_nothing(outer, &cap).await;
 }
 
 // ---- what a peer may send ---------------------------------------------------
