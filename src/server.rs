@@ -34,7 +34,7 @@ use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::container::App;
-use crate::http::{BoxError, HttpResponse, Request, TrustedProxies};
+use crate::http::{BoxError, HttpResponse, Request, TrustedProxies, host_fault};
 use crate::routing::{ConnectionRouter, RouteError, Router, panicked};
 use crate::ws::Sessions;
 
@@ -235,6 +235,10 @@ impl Server {
                     let arrived = first_request.clone();
                     let service = service_fn(move |req: http::Request<Incoming>| {
                         arrived.arrive();
+                        if let Some(fault) = host_fault(req.version(), req.headers()) {
+                            let refused = HttpResponse::text(fault).status(400).into_http();
+                            return Either::Left(std::future::ready(Ok(refused)));
+                        }
                         // Prepared and matched when hyper hands the request
                         // over (inside the connection's scope), so that the
                         // future holds the chain's future and nothing beside.
@@ -242,7 +246,7 @@ impl Server {
                         let router = router.clone();
                         let answer =
                             catching_panics(|| Router::dispatch_handled(router, request));
-                        async move { Ok::<_, Infallible>(answer.await.into_http()) }
+                        Either::Right(async move { Ok::<_, Infallible>(answer.await.into_http()) })
                     });
                     let connection = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)

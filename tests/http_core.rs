@@ -557,3 +557,72 @@ async fn path_segments_are_percent_decoded_before_they_are_matched() {
     }
     server.stop().await;
 }
+
+/// The server answers 400 to an HTTP/1.1 request without `Host`, to any
+/// request with two, and to a `Host` that is not a host and port, as RFC
+/// 9112 asks; the handler never runs. HTTP/1.0 needs none.
+#[tokio::test]
+async fn the_server_refuses_a_missing_duplicate_or_invalid_host() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let served = Arc::new(AtomicUsize::new(0));
+    let counter = served.clone();
+    let router = Router::new().get("/", move |_req: Request| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        async { HttpResponse::text("hi") }
+    });
+    let server = TestServer::start(router).await;
+    let addr = server.addr();
+    let answer = |head: &'static str| async move {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = String::new();
+        tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+        answer
+    };
+    for (head, body) in [
+        (
+            "GET / HTTP/1.1\r\nConnection: close\r\n\r\n",
+            "Host header required\n",
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\nConnection: close\r\n\r\n",
+            "more than one Host header\n",
+        ),
+        (
+            "GET / HTTP/1.0\r\nHost: a\r\nHost: b\r\n\r\n",
+            "more than one Host header\n",
+        ),
+        (
+            "GET / HTTP/1.1\r\nHost: user@a\r\nConnection: close\r\n\r\n",
+            "invalid Host header\n",
+        ),
+    ] {
+        let answer = answer(head).await;
+        assert!(
+            answer.contains(" 400 Bad Request\r\n"),
+            "{head:?}: {answer:?}"
+        );
+        assert!(
+            answer.ends_with(&format!("\r\n\r\n{body}")),
+            "{head:?}: {answer:?}"
+        );
+    }
+    assert_eq!(served.load(Ordering::SeqCst), 0);
+    for head in [
+        "GET / HTTP/1.0\r\n\r\n",
+        "GET / HTTP/1.1\r\nHost: 127.0.0.1:80\r\nConnection: close\r\n\r\n",
+    ] {
+        let answer = answer(head).await;
+        assert!(answer.contains(" 200 OK\r\n"), "{head:?}: {answer:?}");
+        assert!(answer.ends_with("\r\n\r\nhi"), "{head:?}: {answer:?}");
+    }
+    assert_eq!(served.load(Ordering::SeqCst), 2);
+    server.stop().await;
+}

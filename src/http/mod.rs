@@ -4,11 +4,13 @@
 //! crate root, where application code names them.
 
 mod body;
+mod host;
 mod proxies;
 mod request;
 mod response;
 
 pub use body::{BodyError, BoxError};
+pub(crate) use host::host_fault;
 pub use proxies::{TrustedProxies, TrustedProxiesError};
 pub use request::{AuthenticatedUser, Request};
 pub use response::{HttpResponse, IntoResponse, Response};
