@@ -162,10 +162,12 @@ async fn with_counts_each_caller_on_each_path_under_its_prefix() {
         .await;
 }
 
-/// `with` counts per route, not per value of the route's parameters: ten
-/// ids of `/items/{id}` share one bucket, in process and over HTTP.
+/// `with` counts per request path, as the reference keys it
+/// (`ip:<address>:path:<path>`): each value of `/items/{id}` has a bucket
+/// of its own, and `/items/1/` counts with `/items/1`, in process and over
+/// HTTP.
 #[tokio::test]
-async fn with_counts_every_value_of_a_path_parameter_in_the_routes_bucket() {
+async fn with_counts_each_path_apart_and_each_spelling_of_one_path_together() {
     let clock = clock_at(12, 0, 0);
     let app = app_on(&clock);
     let items = || {
@@ -175,24 +177,30 @@ async fn with_counts_every_value_of_a_path_parameter_in_the_routes_bucket() {
             })
             .middleware(ThrottleRequestsMiddleware::with(2, 1, ""))
     };
+    let paths = [
+        "/items/1",
+        "/items/2",
+        "/items/1/",
+        "/items/2",
+        "//items/1",
+        "/items/2",
+    ];
     app.scope(async {
         let router = items();
         let mut statuses = Vec::new();
-        for id in 1..=10 {
-            statuses.push(
-                get(&router, &format!("/items/{id}"), GUEST)
-                    .await
-                    .status_code(),
-            );
+        for path in paths {
+            statuses.push(get(&router, path, GUEST).await.status_code());
         }
-        assert_eq!(statuses, [200, 200, 429, 429, 429, 429, 429, 429, 429, 429]);
-        assert_eq!(attempts("ip:203.0.113.5:path:/items/{id}").await, 2);
+        assert_eq!(statuses, [200, 200, 200, 200, 429, 429]);
+        assert_eq!(attempts("ip:203.0.113.5:path:/items/1").await, 2);
+        assert_eq!(attempts("ip:203.0.113.5:path:/items/2").await, 2);
+        assert_eq!(attempts("ip:203.0.113.5:path:/items/{id}").await, 0);
     })
     .await;
     let server = app.scope(support::http::TestServer::start(items())).await;
     let mut statuses = Vec::new();
-    for id in 1..=4 {
-        let request = http::Request::get(server.url(&format!("/items/{id}")))
+    for path in paths {
+        let request = http::Request::get(server.url(path))
             .body(Full::default())
             .unwrap();
         statuses.push(
@@ -202,7 +210,7 @@ async fn with_counts_every_value_of_a_path_parameter_in_the_routes_bucket() {
                 .status,
         );
     }
-    assert_eq!(statuses, [200, 200, 429, 429]);
+    assert_eq!(statuses, [200, 200, 200, 200, 429, 429]);
     server.stop().await;
 }
 

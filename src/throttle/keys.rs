@@ -26,19 +26,14 @@ pub(super) fn caller_key(request: &Request) -> String {
     key
 }
 
-/// The caller on this route: `user:<id>:path:<route>` or
-/// `ip:<address>:path:<route>`, the route the router matched
-/// ([`Request::matched_route`], `/items/{id}`), so that every id of a
-/// route, and `/login/` with `/login`, count in one bucket. A request no
-/// router matched counts under its path as the router would match it
-/// ([`Request::route_path`]).
+/// The caller on this path: `user:<id>:path:<path>` or
+/// `ip:<address>:path:<path>`, the request path as the router matches it
+/// ([`Request::route_path`]), so that `/login/` and `//login` count with
+/// `/login`, and `/items/1` apart from `/items/2`.
 pub(super) fn caller_on_path_key(request: &Request) -> String {
     let mut key = caller_key(request);
     key.push_str(":path:");
-    match request.matched_route() {
-        Some(route) => key.push_str(route),
-        None => key.push_str(&request.route_path()),
-    }
+    key.push_str(&request.route_path());
     key
 }
 

@@ -45,9 +45,11 @@ pub const DEFAULT_DECAY_SECONDS: i64 = 60;
 /// signs the user in before this one. The address is [`Request::ip`], so
 /// the trusted proxies apply, an IPv6 address counted with its /64
 /// ([`bucket_address`](crate::keys::bucket_address)); the path is the
-/// route the router matched, as registered ([`Request::matched_route`],
-/// `/items/{id}`), so every value of its parameters and each spelling of
-/// its path (`/login/`, `//login`) count in the route's bucket. A request with no address (one made in
+/// request path as the router matches it ([`Request::route_path`]), so each
+/// spelling of a path (`/login/`, `//login`) counts in its bucket, and each
+/// value of a route's parameters (`/items/1`, `/items/2`) in a bucket of
+/// its own: for one budget across a route's values, key a named limiter
+/// on [`Request::matched_route`]. A request with no address (one made in
 /// process, with no peer) gets a bucket of its own. The facade cleans every
 /// key once, as Laravel's does.
 ///
