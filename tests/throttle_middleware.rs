@@ -1182,6 +1182,26 @@ async fn a_missing_named_limiter_answers_503_naming_it() {
         .await;
 }
 
+/// A first argument with a `|` whose halves are no numbers names a
+/// limiter, as any other first argument that is not a number does.
+#[tokio::test]
+async fn a_limiter_named_with_a_bar_is_found_by_its_name() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("api|v2", |_req| Limit::per_minute(2).by("v2").into());
+            let router = ok_routes(&["/v2"]).middleware_named("throttle:api|v2");
+            let statuses = [
+                get(&router, "/v2", GUEST).await.status_code(),
+                get(&router, "/v2", GUEST).await.status_code(),
+                get(&router, "/v2", GUEST).await.status_code(),
+            ];
+            assert_eq!(statuses, [200, 200, 429]);
+            assert_eq!(attempts("api|v2:v2").await, 2);
+        })
+        .await;
+}
+
 #[tokio::test]
 async fn a_store_that_cannot_count_gets_the_backend_policy() {
     let clock = clock_at(12, 0, 0);

@@ -137,7 +137,13 @@ impl ThrottleRequestsMiddleware {
 }
 
 fn read_first(value: &str) -> Result<First<'_>, ThrottleAliasError> {
-    if let Some((guest, user)) = value.split_once('|') {
+    if let Some((guest, user)) = value.split_once('|')
+        // `api|v2` is no number, so it names a limiter; a half that is a
+        // number, or empty, says the two were meant as limits.
+        && [guest, user]
+            .iter()
+            .any(|half| half.is_empty() || is_numeric(half))
+    {
         return Ok(First::Limits {
             guest: read_limit("guest limit", guest)?,
             user: read_limit("user limit", user)?,
@@ -258,6 +264,7 @@ mod tests {
         assert!(matches!(read_first("_x"), Ok(First::Name("_x"))));
         assert!(matches!(read_first("2fa"), Ok(First::Name("2fa"))));
         assert!(matches!(read_first("0x1A"), Ok(First::Name("0x1A"))));
+        assert!(matches!(read_first("api|v2"), Ok(First::Name("api|v2"))));
         assert!(matches!(
             read_first("2|5"),
             Ok(First::Limits { guest: 2, user: 5 })
@@ -271,12 +278,20 @@ mod tests {
                 "{refused:?}"
             );
         }
-        assert!(matches!(
-            read_first("api|5"),
-            Err(ThrottleAliasError::NotANumber {
-                what: "guest limit",
-                ..
-            })
-        ));
+        for (refused, half) in [
+            ("api|5", "guest limit"),
+            ("5|api", "user limit"),
+            ("|5", "guest limit"),
+            ("5|", "user limit"),
+            ("1.5|2", "guest limit"),
+        ] {
+            assert!(
+                matches!(
+                    read_first(refused),
+                    Err(ThrottleAliasError::NotANumber { what, .. }) if what == half
+                ),
+                "{refused:?}"
+            );
+        }
     }
 }
