@@ -223,7 +223,7 @@ impl MemoryStore {
     /// full when the timer was just opened may have been filled in the new
     /// window meanwhile. Each counter therefore records the end of the
     /// newest window that counted in it: one left full by an older window,
-    /// or by no window at all (written by `put` or `increment`), is reset,
+    /// or by no window at all (written by `put`, or made by `increment`), is reset,
     /// as Laravel's `tooManyAttempts` resets a count whose timer is gone,
     /// and one the current window filled is not.
     fn count_in_window(&self, count: WindowIncrement<'_>) -> Result<IncrementOutcome, CacheError> {
@@ -363,7 +363,12 @@ impl Store for MemoryStore {
                     key: key.to_owned(),
                 })?;
             match shard.get_mut() {
-                Some(entry) => entry.value = entry.value.counted(next, None),
+                // A counter a window counted stays that window's: full,
+                // it refuses until the window ends, not reset as a
+                // counter no window counted would be.
+                Some(entry) => {
+                    entry.value = entry.value.counted(next, entry.value.window_ends_at())
+                }
                 None => {
                     let entry = Entry {
                         value: Value::Integer(next),

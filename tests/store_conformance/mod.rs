@@ -344,6 +344,24 @@ pub async fn a_window_count_resets_a_counter_left_full_without_its_timer(
     assert_eq!(count("under").await, outcome(true, 2));
 }
 
+/// A plain `increment` or `decrement` of a counter its open window counted
+/// (a Laravel `hit` with a decay of 0, or `hit_until` a past time) leaves
+/// it that window's counter: full, it refuses the next window count until
+/// the window ends, as Laravel's `tooManyAttempts` refuses while the timer
+/// is there.
+pub async fn a_plain_increment_leaves_a_counter_in_its_window(store: &dyn Store, p: &str) {
+    let key = format!("{p}w");
+    let outcome = |counted, count| IncrementOutcome { counted, count };
+    assert_eq!(one_hit(store, &key, 2).await, outcome(true, 1));
+    assert_eq!(one_hit(store, &key, 2).await, outcome(true, 2));
+    assert_eq!(store.increment(&key, 1).await.unwrap(), 3);
+    assert_eq!(one_hit(store, &key, 2).await, outcome(false, 3));
+    assert_eq!(store.decrement(&key, 1).await.unwrap(), 2);
+    assert_eq!(one_hit(store, &key, 2).await, outcome(false, 2));
+    assert_eq!(store.decrement(&key, 1).await.unwrap(), 1);
+    assert_eq!(one_hit(store, &key, 2).await, outcome(true, 2));
+}
+
 /// On a store that reads the timer and the counter apart (a cluster), a
 /// counter left full without its timer cannot be told from one the new
 /// window filled between the two reads: it is kept, and refuses until its
@@ -381,6 +399,7 @@ pub async fn run_all(store: &dyn Store, p: &str) {
         .await;
     a_window_count_that_does_not_count_reads_the_window_end(store, &format!("{p}12:")).await;
     a_window_count_apart_keeps_a_counter_left_full(store, &format!("{p}13:")).await;
+    a_plain_increment_leaves_a_counter_in_its_window(store, &format!("{p}14:")).await;
 }
 
 /// One test per check. `$make` is an async fn returning `(guard, store)`;
@@ -401,6 +420,7 @@ macro_rules! store_conformance_tests {
             increment_in_window_writes_the_timer_once_and_counts_to_the_ceiling,
             a_window_count_that_does_not_count_reads_the_window_end,
             a_window_count_resets_a_counter_left_full_without_its_timer,
+            a_plain_increment_leaves_a_counter_in_its_window,
         );
     };
     (@each $make:ident; $($check:ident),* $(,)?) => {
