@@ -28,13 +28,17 @@
 -- timer that does not hold an integer.
 --
 -- Counts are compared as Lua numbers (doubles): exact up to 2^53, far beyond
--- any rate-limit count; a ceiling of 2^63 - 1 means "no ceiling".
+-- any rate-limit count; a ceiling of 2^63 - 1 means "no ceiling". They are
+-- added and returned exactly to the end of a 64-bit integer: INCRBY takes
+-- the amount as the caller wrote it, and a count past 2^53, which a double
+-- would round, is returned as Redis holds it.
 local opened = false
 if KEYS[2] then
     opened = redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[1], 'NX')
 end
 local current = redis.call('GET', KEYS[1])
 local count = 0
+local count_text = '0'
 if current then
     -- Digits only, as INCRBY reads them: Lua's tonumber would also take
     -- 0x10, 1e3, ' 7' and inf, which INCRBY refuses.
@@ -42,6 +46,7 @@ if current then
         return redis.error_reply('ERR value is not an integer or out of range')
     end
     count = tonumber(current)
+    count_text = current
 end
 local amount = tonumber(ARGV[2])
 local ceiling = tonumber(ARGV[3])
@@ -51,6 +56,7 @@ if opened and current and count + amount > ceiling and amount <= ceiling then
     -- reads it, and the call that opens the next one counts anew.
     redis.call('DEL', KEYS[1])
     count = 0
+    count_text = '0'
 end
 if count + amount > ceiling then
     if KEYS[2] then
@@ -58,15 +64,21 @@ if count + amount > ceiling then
         if not (ends and string.match(ends, '^-?%d+$')) then
             ends = '0'
         end
-        return string.format('0 %d %s', count, ends)
+        return string.format('0 %s %s', count_text, ends)
     end
-    return string.format('0 %d', count)
+    return '0 ' .. count_text
 end
-local next = redis.call('INCRBY', KEYS[1], amount)
+local next = redis.call('INCRBY', KEYS[1], ARGV[2])
 if redis.call('TTL', KEYS[1]) < 0 then
     redis.call('EXPIRE', KEYS[1], ARGV[1])
 end
-if KEYS[2] then
-    return string.format('1 %d 0', next)
+local next_text
+if math.abs(next) < 9007199254740992 then
+    next_text = string.format('%d', next)
+else
+    next_text = redis.call('GET', KEYS[1])
 end
-return string.format('1 %d', next)
+if KEYS[2] then
+    return '1 ' .. next_text .. ' 0'
+end
+return '1 ' .. next_text

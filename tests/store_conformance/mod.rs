@@ -121,6 +121,50 @@ pub async fn increment_if_below_counts_up_to_the_ceiling(store: &dyn Store, p: &
     );
 }
 
+/// Counts are exact integers to the end of `i64`, as Redis's `INCRBY`
+/// keeps them: an amount past 2^53, where a double would round it, counts
+/// exactly, alone and in a window, and a refusal reports the exact count.
+/// (Redis's script compares a count with its ceiling exactly up to 2^53.)
+pub async fn counts_past_two_to_the_53_are_exact(store: &dyn Store, p: &str) {
+    let (odd, big) = ((1_i64 << 53) + 1, 1_i64 << 62);
+    let k = format!("{p}big");
+    let outcome = |counted, count| IncrementOutcome { counted, count };
+    assert_eq!(
+        store
+            .increment_if_below(&k, 60, odd, i64::MAX)
+            .await
+            .unwrap(),
+        outcome(true, odd)
+    );
+    assert_eq!(
+        store
+            .increment_if_below(&k, 60, big, i64::MAX)
+            .await
+            .unwrap(),
+        outcome(true, odd + big)
+    );
+    assert_eq!(
+        store.increment_if_below(&k, 60, 1, odd).await.unwrap(),
+        outcome(false, odd + big)
+    );
+    assert_eq!(store.get(&k).await.unwrap(), Some((odd + big).to_string()));
+    let w = format!("{p}window");
+    let timer = format!("{w}:timer");
+    let hit = |amount| WindowIncrement {
+        amount,
+        ..one_hit_of(&w, &timer, i64::MAX)
+    };
+    assert_eq!(
+        store.increment_in_window(hit(odd)).await.unwrap(),
+        outcome(true, odd)
+    );
+    assert_eq!(
+        store.increment_in_window(hit(big)).await.unwrap(),
+        outcome(true, odd + big)
+    );
+    assert_eq!(store.get(&w).await.unwrap(), Some((odd + big).to_string()));
+}
+
 pub async fn increment_if_below_leaves_a_missing_key_missing(store: &dyn Store, p: &str) {
     let k = format!("{p}c");
     assert_eq!(
@@ -400,6 +444,7 @@ pub async fn run_all(store: &dyn Store, p: &str) {
     a_window_count_that_does_not_count_reads_the_window_end(store, &format!("{p}12:")).await;
     a_window_count_apart_keeps_a_counter_left_full(store, &format!("{p}13:")).await;
     a_plain_increment_leaves_a_counter_in_its_window(store, &format!("{p}14:")).await;
+    counts_past_two_to_the_53_are_exact(store, &format!("{p}15:")).await;
 }
 
 /// One test per check. `$make` is an async fn returning `(guard, store)`;
@@ -421,6 +466,7 @@ macro_rules! store_conformance_tests {
             a_window_count_that_does_not_count_reads_the_window_end,
             a_window_count_resets_a_counter_left_full_without_its_timer,
             a_plain_increment_leaves_a_counter_in_its_window,
+            counts_past_two_to_the_53_are_exact,
         );
     };
     (@each $make:ident; $($check:ident),* $(,)?) => {
