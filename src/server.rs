@@ -30,13 +30,17 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::container::App;
 use crate::http::{BoxError, HttpResponse, Request, TrustedProxies, host_fault};
 use crate::routing::{ConnectionRouter, RouteError, Router, panicked};
 use crate::ws::Sessions;
+
+mod connection;
+mod idle;
+
+use idle::{Activity, IdleWatch};
 
 /// How long a graceful shutdown waits for open connections to finish.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
@@ -60,7 +64,9 @@ pub enum ServerError {
 /// client that takes longer is disconnected: without a bound, clients that
 /// open connections and send nothing, or a header every few seconds, hold a
 /// connection and its task for ever, and a graceful shutdown waits for
-/// them.
+/// them. An HTTP/2 connection with no request in flight and none new for
+/// this long is closed too (GOAWAY, then the end of the connection), between
+/// one and two of these periods after its last answer.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A bound listener, ready to serve.
@@ -211,7 +217,7 @@ impl Server {
             .timer(TokioTimer::new())
             .header_read_timeout(self.header_read_timeout);
         builder.http2().timer(TokioTimer::new());
-        let graceful = GracefulShutdown::new();
+        let (shutting_down, shutdown_signal) = tokio::sync::watch::channel(());
         let mut shutdown = std::pin::pin!(shutdown);
         loop {
             tokio::select! {
@@ -231,10 +237,12 @@ impl Server {
                     // Cloned once a connection; a request clones only this
                     // connection's handle.
                     let router = Arc::new(ConnectionRouter(router.clone()));
-                    let first_request = FirstRequest::default();
-                    let arrived = first_request.clone();
+                    let activity = Activity::default();
+                    let idle = self
+                        .header_read_timeout
+                        .map(|period| IdleWatch::new(activity.clone(), period));
                     let service = service_fn(move |req: http::Request<Incoming>| {
-                        arrived.arrive();
+                        let busy = activity.begin();
                         if let Some(fault) = host_fault(req.version(), req.headers()) {
                             let refused = HttpResponse::text(fault).status(400).into_http();
                             return Either::Left(std::future::ready(Ok(refused)));
@@ -246,51 +254,43 @@ impl Server {
                         let router = router.clone();
                         let answer =
                             catching_panics(|| Router::dispatch_handled(router, request));
-                        Either::Right(async move { Ok::<_, Infallible>(answer.await.into_http()) })
+                        Either::Right(async move {
+                            let answer = answer.await.into_http();
+                            drop(busy);
+                            Ok::<_, Infallible>(answer)
+                        })
                     });
                     let connection = builder
                         .serve_connection_with_upgrades(TokioIo::new(stream), service)
                         .into_owned();
-                    let connection = graceful.watch(connection);
-                    let header_read_timeout = self.header_read_timeout;
                     // HTTP/1 runs each request inside the connection's
                     // task, so one scope a connection makes `app` current
                     // for all of them; what HTTP/2 spawns, ScopedExecutor
-                    // scopes.
-                    tokio::spawn(app.scope(sessions.scope(async move {
-                        let mut connection = std::pin::pin!(connection);
-                        if let Some(limit) = header_read_timeout {
-                            // hyper bounds an HTTP/1 request's headers once
-                            // it reads them, but not the wait before: for the
-                            // bytes that tell HTTP/1 from HTTP/2, and for an
-                            // HTTP/2 client's first request.
-                            tokio::select! {
-                                ended = connection.as_mut() => {
-                                    if let Err(error) = ended {
-                                        tracing::debug!(%peer, %error, "connection ended with an error");
-                                    }
-                                    return;
-                                }
-                                () = first_request.arrived() => {}
-                                () = tokio::time::sleep(limit) => {
-                                    tracing::debug!(%peer, "no request within the header read timeout; closing");
-                                    return;
-                                }
-                            }
-                        }
-                        if let Err(error) = connection.await {
-                            tracing::debug!(%peer, %error, "connection ended with an error");
-                        }
-                    })));
+                    // scopes. hyper bounds an HTTP/1 request's headers once
+                    // it reads them, but not the wait before (for the bytes
+                    // that tell HTTP/1 from HTTP/2, and for an HTTP/2
+                    // client's requests): the idle watch bounds those.
+                    let shutdown_signal = shutdown_signal.clone();
+                    tokio::spawn(app.scope(sessions.scope(connection::run(
+                        connection,
+                        idle,
+                        shutdown_signal,
+                        peer,
+                    ))));
                 }
                 () = &mut shutdown => break,
             }
         }
         drop(self.listener);
+        drop(shutdown_signal);
         // Requests in flight finish; WebSockets are told to close, and end
         // when their handlers return.
         let drained = async {
-            tokio::join!(graceful.shutdown(), sessions.shut_down());
+            let connections_ended = async {
+                let _ = shutting_down.send(());
+                shutting_down.closed().await;
+            };
+            tokio::join!(connections_ended, sessions.shut_down());
         };
         tokio::select! {
             () = drained => {}
@@ -391,32 +391,6 @@ fn catching_panics<F: Future<Output = HttpResponse>>(
                 .map(|answered| answered.unwrap_or_else(|_| panicked())),
         ),
         Err(_) => Either::Right(std::future::ready(panicked())),
-    }
-}
-
-/// Tells a connection's task that its first request has arrived. Each
-/// request after the first costs one relaxed load.
-#[derive(Clone, Default)]
-struct FirstRequest(Arc<FirstRequestState>);
-
-#[derive(Default)]
-struct FirstRequestState {
-    arrived: std::sync::atomic::AtomicBool,
-    notify: tokio::sync::Notify,
-}
-
-impl FirstRequest {
-    fn arrive(&self) {
-        use std::sync::atomic::Ordering::Relaxed;
-        if !self.0.arrived.load(Relaxed) {
-            self.0.arrived.store(true, Relaxed);
-            // Keeps a permit when the task is not waiting yet.
-            self.0.notify.notify_one();
-        }
-    }
-
-    async fn arrived(&self) {
-        self.0.notify.notified().await;
     }
 }
 

@@ -626,3 +626,64 @@ async fn the_server_refuses_a_missing_duplicate_or_invalid_host() {
     assert_eq!(served.load(Ordering::SeqCst), 2);
     server.stop().await;
 }
+
+/// An HTTP/2 connection that stays without a request for the header read
+/// timeout is closed (GOAWAY, then the end of the connection), between one
+/// and two timeouts after its last answer; one that keeps asking more
+/// often stays open and is served throughout.
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_and_a_busy_one_is_kept() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use std::time::{Duration, Instant};
+
+    let period = Duration::from_millis(300);
+    let server = suprnova::server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .header_read_timeout(Some(period));
+    let addr = server.local_addr().unwrap();
+    let router = Router::new().get("/", |_req: Request| async { HttpResponse::text("hi") });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
+        let _ = stopped.await;
+    }));
+    let open = || async {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .unwrap();
+        (sender, tokio::spawn(connection))
+    };
+    let ask = |sender: &mut hyper::client::conn::http2::SendRequest<Full<Bytes>>| {
+        let request = http::Request::get(format!("http://{addr}/"))
+            .body(Full::default())
+            .unwrap();
+        sender.send_request(request)
+    };
+
+    // Busy: a request every 100 ms for 1.2 s, four timeouts, on one
+    // connection.
+    let (mut busy, busy_connection) = open().await;
+    for _ in 0..12 {
+        let reply = ask(&mut busy).await.expect("the busy connection serves");
+        assert_eq!(reply.status(), 200);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(!busy_connection.is_finished());
+
+    // Idle: one request, then nothing.
+    let (mut idle, idle_connection) = open().await;
+    assert_eq!(ask(&mut idle).await.unwrap().status(), 200);
+    let answered = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(5), idle_connection).await;
+    let after = answered.elapsed();
+    assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
+    assert!(
+        after >= period && after < 2 * period + Duration::from_millis(700),
+        "closed {after:?} after the last answer, with a {period:?} timeout"
+    );
+    stop.send(()).unwrap();
+    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+}

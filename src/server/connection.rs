@@ -1,0 +1,61 @@
+//! One accepted connection's life: served until it ends, closed gracefully
+//! when the server shuts down or when it stays without requests.
+
+use std::fmt::Display;
+use std::net::SocketAddr;
+
+use hyper_util::server::graceful::GracefulConnection;
+use tokio::sync::watch;
+
+use super::idle::{IdleWatch, Quiet};
+
+/// Drives `connection` to its end. When `shutdown` changes, or when `idle`
+/// finds it without a request for its period, the connection is told to
+/// shut down gracefully (HTTP/2 sends GOAWAY; requests in flight finish)
+/// and driven on until it ends. A connection that sent no request at all
+/// within the period is dropped at once. The receiver is held until the
+/// connection ends, which is how the server tells that every connection
+/// has.
+pub(super) async fn run<C>(
+    connection: C,
+    mut idle: Option<IdleWatch>,
+    mut shutdown: watch::Receiver<()>,
+    peer: SocketAddr,
+) where
+    C: GracefulConnection,
+    C::Error: Display,
+{
+    let mut connection = std::pin::pin!(connection);
+    let mut closing = false;
+    loop {
+        let quiet = async {
+            match idle.as_mut() {
+                Some(watch) => watch.wait().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            ended = connection.as_mut() => {
+                if let Err(error) = ended {
+                    tracing::debug!(%peer, %error, "connection ended with an error");
+                }
+                return;
+            }
+            _ = shutdown.changed(), if !closing => {
+                connection.as_mut().graceful_shutdown();
+                closing = true;
+            }
+            quiet = quiet, if !closing => match quiet {
+                Quiet::NoRequest => {
+                    tracing::debug!(%peer, "no request within the header read timeout; closing");
+                    return;
+                }
+                Quiet::Idle => {
+                    tracing::debug!(%peer, "no request for the header read timeout; closing");
+                    connection.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+            },
+        }
+    }
+}
