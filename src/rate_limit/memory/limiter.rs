@@ -160,17 +160,28 @@ impl InMemoryRateLimiter {
             return refused_forever(config, now);
         }
         let window_ms = millis_ceil(config.window);
+        let place = self.shards.place(key);
+        // A key found full is refused by reading its note, without the
+        // shard's lock.
+        if let Some(frees_at) = self
+            .shards
+            .noted_full(place, max, window_ms, now / NANOS_PER_MILLI)
+        {
+            return refused(max, frees_at, now);
+        }
+        let mut locked = self.shards.lock_place(place);
+        // The clock read again under the lock: a call held between its
+        // first read and the lock (its thread preempted) while others
+        // dropped or trimmed this key's hits with a later time would
+        // otherwise stamp its hit with the earlier time, and the hit would
+        // leave before a whole window from the moment it was admitted.
+        // Every call that changed the bucket read its time before it let
+        // go of this lock, so this read is no earlier than theirs.
+        let now = now.max(self.clock.unix_nanos());
         // A hit is stamped with `now` rounded up and evicted against `now`
         // rounded down, so rounding never lets a hit leave before a whole
         // window has really passed.
         let (now_ms, stamp_ms) = (now / NANOS_PER_MILLI, now.div_ceil(NANOS_PER_MILLI));
-        let place = self.shards.place(key);
-        // A key found full is refused by reading its note, without the
-        // shard's lock.
-        if let Some(frees_at) = self.shards.noted_full(place, max, window_ms, now_ms) {
-            return refused(max, frees_at, now);
-        }
-        let mut locked = self.shards.lock_place(place);
         // Noted in the same hold of the lock: a refusal notes when the next
         // place frees, an admission forgets the note. A key is noted once
         // it is refused, so a key that never is costs no note.
