@@ -228,17 +228,18 @@ impl MemoryStore {
     /// and one the current window filled is not.
     fn count_in_window(&self, count: WindowIncrement<'_>) -> Result<IncrementOutcome, CacheError> {
         let now = self.now_swept();
-        let window_ends_at = {
+        let (opened, window_ends_at) = {
             let mut timer = self.live(count.timer_key, now);
-            Self::add_locked(
+            let opened = Self::add_locked(
                 &mut timer,
                 || Value::Integer(count.ends_at),
                 now,
                 count.ttl(),
             );
-            timer
+            let ends_at = timer
                 .get()
-                .and_then(|entry| entry.value.integer(count.timer_key).ok())
+                .and_then(|entry| entry.value.integer(count.timer_key).ok());
+            (opened, ends_at)
         };
         let mut counter = self.live(count.key, now);
         if let Some(window) = window_ends_at
@@ -246,9 +247,16 @@ impl MemoryStore {
         {
             // A counter this window counted in (every call's but the first
             // of a window) is not looked at further: whether it is full is
-            // the count's own business, below.
+            // the count's own business, below. One no window counted (put,
+            // or made by increment) is a leftover only when this call
+            // opened the window, as Redis's script reads it: under a live
+            // timer it is the window's count.
+            let leftover = |entry: &Entry| match entry.value.window_ends_at() {
+                Some(counted_in) => counted_in < window,
+                None => opened,
+            };
             let left_full = match counter.get() {
-                Some(entry) if entry.value.window_ends_at().is_none_or(|w| w < window) => {
+                Some(entry) if leftover(entry) => {
                     let current = entry.value.integer(count.key)?;
                     !IncrementOutcome::decide(current, count.amount, count.ceiling).counted
                 }

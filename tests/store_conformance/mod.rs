@@ -121,6 +121,24 @@ pub async fn increment_if_below_counts_up_to_the_ceiling(store: &dyn Store, p: &
     );
 }
 
+/// A counter written outside any window count (`put`, or made by a plain
+/// `increment`) under a live timer is that window's count: full, it
+/// refuses; it is a leftover only for the count that opens the timer.
+pub async fn a_counter_put_full_under_a_live_timer_refuses(store: &dyn Store, p: &str) {
+    let outcome = |counted, count| IncrementOutcome { counted, count };
+    let (put, made) = (format!("{p}put"), format!("{p}made"));
+    for key in [&put, &made] {
+        store
+            .put(&format!("{key}:timer"), "1796202328", MINUTE)
+            .await
+            .unwrap();
+    }
+    store.put(&put, "2", MINUTE).await.unwrap();
+    store.increment(&made, 2).await.unwrap();
+    assert_eq!(one_hit(store, &put, 2).await, outcome(false, 2));
+    assert_eq!(one_hit(store, &made, 2).await, outcome(false, 2));
+}
+
 /// Counts are exact integers to the end of `i64`, as Redis's `INCRBY`
 /// keeps them: an amount past 2^53, where a double would round it, counts
 /// exactly, alone and in a window, and a refusal reports the exact count.
@@ -445,6 +463,7 @@ pub async fn run_all(store: &dyn Store, p: &str) {
     a_window_count_apart_keeps_a_counter_left_full(store, &format!("{p}13:")).await;
     a_plain_increment_leaves_a_counter_in_its_window(store, &format!("{p}14:")).await;
     counts_past_two_to_the_53_are_exact(store, &format!("{p}15:")).await;
+    a_counter_put_full_under_a_live_timer_refuses(store, &format!("{p}16:")).await;
 }
 
 /// One test per check. `$make` is an async fn returning `(guard, store)`;
@@ -467,6 +486,7 @@ macro_rules! store_conformance_tests {
             a_window_count_resets_a_counter_left_full_without_its_timer,
             a_plain_increment_leaves_a_counter_in_its_window,
             counts_past_two_to_the_53_are_exact,
+            a_counter_put_full_under_a_live_timer_refuses,
         );
     };
     (@each $make:ident; $($check:ident),* $(,)?) => {
