@@ -33,3 +33,19 @@ fn advancing_past_the_end_of_the_clock_stays_at_the_end() {
     assert_eq!(clock.unix_nanos(), u64::MAX);
     assert!(clock.unix_seconds() > 1_000);
 }
+
+#[test]
+fn setting_past_2262_or_before_1970_saturates() {
+    use suprnova::chrono::{TimeZone, Utc};
+
+    // Past what i64 nanoseconds hold (2262), within what the clock holds.
+    let clock = FakeClock::at_unix(1_000);
+    clock.set(Utc.with_ymd_and_hms(2300, 1, 1, 0, 0, 0).unwrap());
+    assert_eq!(clock.unix_seconds(), 10_413_792_000);
+    // Past what the clock holds (2554): its last instant.
+    clock.set(Utc.with_ymd_and_hms(3000, 1, 1, 0, 0, 0).unwrap());
+    assert_eq!(clock.unix_nanos(), u64::MAX);
+    // Before the epoch: the epoch.
+    clock.set(Utc.with_ymd_and_hms(1969, 12, 31, 23, 59, 59).unwrap());
+    assert_eq!(clock.unix_nanos(), 0);
+}

@@ -47,11 +47,15 @@ impl FakeClock {
             });
     }
 
-    /// Moves the clock to `at`, forward or backward.
+    /// Moves the clock to `at`, forward or backward. A time before the
+    /// epoch is the epoch, and one past what the clock holds (about the
+    /// year 2554) is its last instant, as [`at_unix`](Self::at_unix) and
+    /// [`advance`](Self::advance) saturate.
     pub fn set(&self, at: DateTime<Utc>) {
-        let nanos = at
-            .timestamp_nanos_opt()
-            .map_or(0, |n| u64::try_from(n).unwrap_or(0));
+        let nanos = u64::try_from(at.timestamp()).map_or(0, |secs| {
+            secs.saturating_mul(1_000_000_000)
+                .saturating_add(u64::from(at.timestamp_subsec_nanos()))
+        });
         self.nanos.store(nanos, Ordering::SeqCst);
     }
 

@@ -79,7 +79,9 @@ impl WallTime {
                 offset: AtomicU64::new(0),
                 next_anchor: AtomicU64::new(0),
             };
-            wall.anchor(wall.counter_nanos());
+            // The first offset must be taken: try until readings come
+            // close together (almost always the first time).
+            while wall.try_anchor().is_none() {}
             wall
         })
     }
@@ -94,26 +96,59 @@ impl WallTime {
         let counter = self.counter_nanos();
         if counter >= self.next_anchor.load(Ordering::Relaxed) {
             // Several threads may re-anchor at once; each stores an offset
-            // from its own reading, all of them right.
+            // from readings taken close together, all of them right within
+            // ANCHOR_SPREAD_NANOS.
             return self.anchor(counter);
         }
         counter.wrapping_add(self.offset.load(Ordering::Relaxed))
     }
 
-    /// Reads the operating system's wall time, stores the offset, and
-    /// returns the wall time in Unix nanoseconds.
+    /// Reads the operating system's wall time between two counter readings
+    /// and, when the two are within [`ANCHOR_SPREAD_NANOS`], stores the offset of
+    /// the wall time from their middle: a thread preempted between its
+    /// readings would otherwise store an offset off by the time it was
+    /// away, and the clock would run that far ahead until the next anchoring,
+    /// then step back. After [`ANCHOR_TRIES`] readings too far apart the
+    /// offset in place is kept, and the next read tries again. Returns the
+    /// time in Unix nanoseconds; `counter` is the caller's own reading, for
+    /// when the offset is kept.
     fn anchor(&self, counter: u64) -> u64 {
+        for _ in 0..ANCHOR_TRIES {
+            if let Some(now) = self.try_anchor() {
+                return now;
+            }
+        }
+        counter.wrapping_add(self.offset.load(Ordering::Relaxed))
+    }
+
+    /// One anchoring, or `None` when its counter readings were too far
+    /// apart.
+    fn try_anchor(&self) -> Option<u64> {
+        let before = self.counter_nanos();
         let wall = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
-        self.offset
-            .store(wall.wrapping_sub(counter), Ordering::Relaxed);
+        let after = self.counter_nanos();
+        let spread = after.saturating_sub(before);
+        if spread > ANCHOR_SPREAD_NANOS {
+            return None;
+        }
+        let offset = wall.wrapping_sub(before + spread / 2);
+        self.offset.store(offset, Ordering::Relaxed);
         let every = u64::try_from(REANCHOR_EVERY.as_nanos()).unwrap_or(u64::MAX);
         self.next_anchor
-            .store(counter.saturating_add(every), Ordering::Relaxed);
-        wall
+            .store(after.saturating_add(every), Ordering::Relaxed);
+        Some(after.wrapping_add(offset))
     }
 }
+
+/// How far apart, in nanoseconds (50 µs), the two counter readings around a
+/// wall-time reading may be for an anchoring to count: twice the most its
+/// offset can be off by.
+const ANCHOR_SPREAD_NANOS: u64 = 50_000;
+
+/// How many anchorings a read tries before it keeps the offset in place.
+const ANCHOR_TRIES: usize = 3;
 
 #[cfg(test)]
 mod tests {
@@ -137,6 +172,25 @@ mod tests {
             );
             std::thread::sleep(REANCHOR_EVERY / 2);
         }
+    }
+
+    /// An anchoring by a caller whose own counter reading is old (its
+    /// thread was preempted after reading) still puts the clock on the
+    /// operating system's time.
+    #[test]
+    fn an_anchoring_from_an_old_reading_is_not_ahead() {
+        let wall = WallTime::get();
+        let stale = wall.counter_nanos();
+        std::thread::sleep(Duration::from_millis(30));
+        let anchored = Duration::from_nanos(wall.anchor(stale));
+        let after = os_now();
+        let ours = SystemClock.now();
+        let slack = Duration::from_millis(1);
+        assert!(anchored <= after + slack, "{anchored:?} ahead of {after:?}");
+        assert!(
+            ours <= os_now() + slack,
+            "{ours:?} ahead of the system clock"
+        );
     }
 
     #[test]
