@@ -9,14 +9,15 @@ mod store_conformance;
 mod support;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use store_conformance::store_conformance_tests;
 use support::redis::{RedisCluster, RedisServer};
 use support::unique_prefix;
 use suprnova::RateLimiter;
-use suprnova::cache::{CacheConfig, CacheError, RedisStore, Store};
-use suprnova::clock::{self, Clock, SystemClock};
+use suprnova::cache::{CacheConfig, CacheError, IncrementOutcome, RedisStore, Store};
+use suprnova::clock::{self, Clock, FakeClock, SystemClock};
 use suprnova::config::Env;
 use suprnova::container::App;
 use suprnova::limiter::CacheRateLimiter;
@@ -90,6 +91,87 @@ async fn conformance_on_a_three_master_cluster() {
         .filter(|p| support::redis::raw_command(*p, "DBSIZE").is_some_and(|r| r.trim() != ":0"))
         .count();
     assert!(holders >= 2, "every entry landed on one master");
+}
+
+/// A window of 0 seconds on Redis opens none, but counts in the one an
+/// earlier hit opened, as Laravel's `hit` with a decay of 0 increments a
+/// counter that exists: up to the maximum, keeping its time to live, and
+/// refusing while its timer is there. A full counter whose timer is gone
+/// is removed; a key with no counter is left with none.
+#[tokio::test]
+async fn a_window_of_zero_seconds_counts_in_an_open_window() {
+    let server = RedisServer::start();
+    let now = SystemClock.unix_seconds();
+    let clock = FakeClock::at_unix(u64::try_from(now).unwrap());
+    let limiter = CacheRateLimiter::new(
+        Arc::new(RedisStore::new(connect(&server.url())).with_prefix("")),
+        clock.shared(),
+    );
+    let mut conn = raw(&server.url(), 0).await;
+    let outcome = |counted, count| IncrementOutcome { counted, count };
+    let runs = AtomicUsize::new(0);
+    let attempt = |key: &'static str, max| {
+        limiter.attempt(
+            key,
+            max,
+            || async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                "ran"
+            },
+            0,
+        )
+    };
+
+    assert_eq!(limiter.hit("k", 60).await.unwrap(), 1);
+    assert_eq!(attempt("k", 5).await.unwrap(), Some("ran"));
+    assert_eq!(limiter.attempts("k").await.unwrap(), 2);
+    assert_eq!(
+        limiter.increment_if_below("k", 0, 1, 3).await.unwrap(),
+        outcome(true, 3)
+    );
+    assert_eq!(raw_get(&mut conn, "k").await.as_deref(), Some("3"));
+    let ttl = raw_ttl(&mut conn, "k").await;
+    assert!((59..=60).contains(&ttl), "TTL {ttl}");
+    let ends_at = (now + 60).to_string();
+    assert_eq!(
+        raw_get(&mut conn, "k:timer").await.as_deref(),
+        Some(ends_at.as_str())
+    );
+    assert_eq!(
+        limiter.increment_if_below("k", 0, 1, 3).await.unwrap(),
+        outcome(false, 3)
+    );
+    assert_eq!(
+        limiter.increment_if_below("k", 60, 1, 3).await.unwrap(),
+        outcome(false, 3)
+    );
+    assert_eq!(attempt("k", 3).await.unwrap(), None);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(limiter.attempts("k").await.unwrap(), 3);
+
+    // Full without its timer: removed, and counted as on no counter.
+    assert_eq!(limiter.hit("k", 0).await.unwrap(), 4);
+    redis::cmd("DEL")
+        .arg("k:timer")
+        .query_async::<i64>(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        limiter.increment_if_below("k", 0, 1, 4).await.unwrap(),
+        outcome(true, 1)
+    );
+    assert!(raw_keys(&mut conn).await.is_empty());
+
+    // A key with no counter: counted every time, nothing stored.
+    for _ in 0..3 {
+        assert_eq!(attempt("none", 1).await.unwrap(), Some("ran"));
+        assert_eq!(
+            limiter.increment_if_below("none", -1, 1, 1).await.unwrap(),
+            outcome(true, 1)
+        );
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 4);
+    assert!(raw_keys(&mut conn).await.is_empty());
 }
 
 #[tokio::test]

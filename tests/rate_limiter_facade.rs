@@ -257,6 +257,7 @@ async fn hit_until_a_past_time_counts_only_in_an_open_window() {
     assert_eq!(store.get("other").await.unwrap(), None);
 }
 
+/// A window of 0 seconds on a key no window counts.
 #[tokio::test]
 async fn a_window_of_zero_seconds_never_limits_and_stores_nothing() {
     let clock = FakeClock::at_unix(Y2K);
@@ -273,6 +274,86 @@ async fn a_window_of_zero_seconds_never_limits_and_stores_nothing() {
             count: 1
         }
     );
+    assert!(store.is_empty());
+}
+
+/// A window of 0 seconds opens none, but counts in the one an earlier hit
+/// opened, as Laravel's `hit` with a decay of 0 increments a counter that
+/// exists: `attempt` and `increment_if_below` count in it up to their
+/// maximum, keep its time to live and refuse while its timer is there. A
+/// full counter whose timer is gone is removed, and the call goes on as on
+/// a key with no counter.
+#[tokio::test]
+async fn a_window_of_zero_seconds_counts_in_an_open_window() {
+    let clock = FakeClock::at_unix(Y2K);
+    let (limiter, store) = limiter_at(&clock);
+    let outcome = |counted, count| IncrementOutcome { counted, count };
+    let runs = AtomicUsize::new(0);
+    let attempt = |key: &'static str, max| {
+        limiter.attempt(
+            key,
+            max,
+            || async {
+                runs.fetch_add(1, Ordering::SeqCst);
+                "ran"
+            },
+            0,
+        )
+    };
+    assert_eq!(limiter.hit("k", 60).await.unwrap(), 1);
+    clock.advance(Duration::from_secs(10));
+    assert_eq!(attempt("k", 5).await.unwrap(), Some("ran"));
+    assert_eq!(limiter.attempts("k").await.unwrap(), 2);
+    assert_eq!(
+        limiter.increment_if_below("k", 0, 1, 3).await.unwrap(),
+        outcome(true, 3)
+    );
+    // The window's time to live and timer are the first hit's.
+    assert_eq!(store.ttl("k").await.unwrap(), Some(Duration::from_secs(50)));
+    assert_eq!(
+        store.get("k:timer").await.unwrap().as_deref(),
+        Some("946684860")
+    );
+    // Full: refused, by this window and by the one of 60 seconds.
+    assert_eq!(
+        limiter.increment_if_below("k", 0, 1, 3).await.unwrap(),
+        outcome(false, 3)
+    );
+    assert_eq!(
+        limiter.increment_if_below("k", -5, 2, 4).await.unwrap(),
+        outcome(false, 3)
+    );
+    assert_eq!(
+        limiter.increment_if_below("k", 60, 1, 3).await.unwrap(),
+        outcome(false, 3)
+    );
+    assert_eq!(attempt("k", 3).await.unwrap(), None);
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    assert_eq!(limiter.attempts("k").await.unwrap(), 3);
+    assert_eq!(
+        limiter.increment_if_below("k", 0, 1, 4).await.unwrap(),
+        outcome(true, 4)
+    );
+    // Full without its timer: removed, and counted as on no counter.
+    store.forget("k:timer").await.unwrap();
+    assert_eq!(
+        limiter.increment_if_below("k", 0, 1, 4).await.unwrap(),
+        outcome(true, 1)
+    );
+    assert_eq!(store.get("k").await.unwrap(), None);
+    assert!(store.is_empty());
+
+    // The same through `attempt`, whose check removes the full counter.
+    limiter.hit("a", 60).await.unwrap();
+    limiter.hit("a", 60).await.unwrap();
+    store.forget("a:timer").await.unwrap();
+    assert_eq!(attempt("a", 2).await.unwrap(), Some("ran"));
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+    assert!(store.is_empty());
+    // A key with no counter: counted every time, nothing stored.
+    for _ in 0..3 {
+        assert_eq!(attempt("none", 1).await.unwrap(), Some("ran"));
+    }
     assert!(store.is_empty());
 }
 

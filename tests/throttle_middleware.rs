@@ -443,9 +443,9 @@ async fn a_count_left_full_without_its_timer_opens_a_new_window() {
         .await;
 }
 
-/// A limit whose window is no time stores nothing and never limits, and
-/// its headers say every place is left, as Laravel's `retriesLeft` reads
-/// the count it never stored.
+/// A limit whose window is no time, on a key no window counts, stores
+/// nothing and never limits, and its headers say every place is left, as
+/// Laravel's `retriesLeft` reads the count it never stored.
 #[tokio::test]
 async fn a_window_of_no_time_never_limits_and_reports_every_place_left() {
     let clock = clock_at(12, 0, 0);
@@ -460,6 +460,104 @@ async fn a_window_of_no_time_never_limits_and_reports_every_place_left() {
                 assert_eq!(remaining(&r), Some("5"));
             }
             assert_eq!(attempts("none:k").await, 0);
+        })
+        .await;
+}
+
+/// A limit whose window is no time counts in a window an earlier hit
+/// opened on its key, as Laravel's `tooManyAttempts` then `hit` with a
+/// decay of 0 do: admitted while the count is under the maximum (its
+/// headers read the count), refused with the window's `Retry-After` when
+/// it is full, and a full count whose timer is gone is removed and the
+/// request admitted with nothing stored.
+#[tokio::test]
+async fn a_window_of_no_time_counts_in_a_window_an_earlier_hit_opened() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router =
+                ok_routes(&["/z"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_second(3, 0).by("k"),
+                ]));
+            let opened_at = clock.unix_seconds();
+            assert_eq!(RateLimiter::hit("k", 60).await.unwrap(), 1);
+            let r = get(&router, "/z", GUEST).await;
+            assert_eq!(r.status_code(), 200);
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+            assert_eq!(remaining(&r), Some("1"));
+            assert_eq!(r.header_str("retry-after"), None);
+            assert_eq!(attempts("k").await, 2);
+
+            assert_eq!(RateLimiter::hit("k", 60).await.unwrap(), 3);
+            clock.advance(Duration::from_secs(20));
+            let r = get(&router, "/z", GUEST).await;
+            assert_eq!(r.status_code(), 429);
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+            assert_eq!(remaining(&r), Some("0"));
+            assert_eq!(r.header_str("retry-after"), Some("40"));
+            let reset = (opened_at + 60).to_string();
+            assert_eq!(r.header_str("x-ratelimit-reset"), Some(reset.as_str()));
+            assert_eq!(attempts("k").await, 3);
+
+            // The timer gone, the full count is removed and nothing stored.
+            Cache::forget("k:timer").await.unwrap();
+            for _ in 0..2 {
+                let r = get(&router, "/z", GUEST).await;
+                assert_eq!(r.status_code(), 200);
+                assert_eq!(remaining(&r), Some("3"));
+                assert_eq!(Cache::get("k").await.unwrap(), None);
+            }
+        })
+        .await;
+}
+
+/// The same with another limit, whose check comes first, and with a limit
+/// that counts after the response: each counts in the open window, and
+/// reports every place left on a key with no count.
+#[tokio::test]
+async fn a_window_of_no_time_counts_in_an_open_window_beside_other_limits() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router =
+                ok_routes(&["/two"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_minute(10).by("other"),
+                    Limit::per_second(3, 0).by("k"),
+                ]));
+            let after =
+                ok_routes(&["/after"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_second(3, 0).by("a").after(|_| true),
+                ]));
+            RateLimiter::hit("k", 60).await.unwrap();
+            let r = get(&router, "/two", GUEST).await;
+            assert_eq!((r.status_code(), remaining(&r)), (200, Some("1")));
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+            let r = get(&router, "/two", GUEST).await;
+            assert_eq!((r.status_code(), remaining(&r)), (200, Some("0")));
+            let r = get(&router, "/two", GUEST).await;
+            assert_eq!(r.status_code(), 429);
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+            assert_eq!(r.header_str("retry-after"), Some("60"));
+            assert_eq!((attempts("k").await, attempts("other").await), (3, 2));
+            // The window it filled is full for a limit of a minute too.
+            let minute =
+                ok_routes(&["/m"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                    Limit::per_minute(3).by("k"),
+                ]));
+            let r = get(&minute, "/m", GUEST).await;
+            assert_eq!(r.status_code(), 429);
+            assert_eq!(r.header_str("retry-after"), Some("60"));
+            assert_eq!(attempts("k").await, 3);
+
+            for _ in 0..2 {
+                let r = get(&after, "/after", GUEST).await;
+                assert_eq!((r.status_code(), remaining(&r)), (200, Some("3")));
+                assert_eq!(Cache::get("a").await.unwrap(), None);
+            }
+            RateLimiter::hit("a", 60).await.unwrap();
+            let r = get(&after, "/after", GUEST).await;
+            assert_eq!((r.status_code(), remaining(&r)), (200, Some("1")));
+            assert_eq!(attempts("a").await, 2);
         })
         .await;
 }

@@ -18,8 +18,8 @@ use http_body_util::Full;
 use support::http::{Reply, TestServer};
 use support::redis::{RedisCluster, RedisServer};
 use support::unique_prefix;
-use suprnova::cache::RedisStore;
-use suprnova::clock;
+use suprnova::cache::{Cache, RedisStore};
+use suprnova::clock::{self, FakeClock, SharedClock};
 use suprnova::container::App;
 use suprnova::rate_limit::BackendErrorPolicy;
 use suprnova::redis_client::{RedisConfig, RedisConnection};
@@ -33,14 +33,16 @@ const PEER: &str = "203.0.113.5:40000";
 /// store prefix `prefix`, on the system clock; the `throttle` alias
 /// registered.
 fn app_on_redis(url: &str, prefix: &str) -> App {
+    app_on_redis_at(url, prefix, clock::system())
+}
+
+/// [`app_on_redis`] whose windows read `clock`.
+fn app_on_redis_at(url: &str, prefix: &str, clock: SharedClock) -> App {
     let mut config = RedisConfig::from_url(url).unwrap();
     config.connect_timeout = Duration::from_millis(300);
     config.response_timeout = Duration::from_millis(300);
     let conn = RedisConnection::new(config).unwrap();
-    limiter_app(
-        Arc::new(RedisStore::new(conn).with_prefix(prefix)),
-        clock::system(),
-    )
+    limiter_app(Arc::new(RedisStore::new(conn).with_prefix(prefix)), clock)
 }
 
 fn ok_route(path: &str) -> Router {
@@ -93,6 +95,76 @@ async fn an_admission_and_a_refusal_are_one_script_call_each() {
             })
             .await;
         assert_eq!(refused, ["evalsha"]);
+    })
+    .await;
+}
+
+/// A limit whose window is no time, on Redis: it counts in a window an
+/// earlier hit opened on its key (Laravel's `tooManyAttempts` then `hit`
+/// with a decay of 0), refuses with that window's `Retry-After` when it is
+/// full, removes a full count whose timer is gone, and stores nothing on a
+/// key with no count, counting before the response or after it. The clock
+/// is frozen at the present, so the window's times are exact.
+#[tokio::test]
+async fn a_window_of_no_time_counts_in_a_window_an_earlier_hit_opened() {
+    let server = RedisServer::start();
+    let prefix = unique_prefix("no-time");
+    let now = clock::system().unix_seconds();
+    let frozen = FakeClock::at_unix(u64::try_from(now).unwrap());
+    let app = app_on_redis_at(&server.url(), &prefix, frozen.shared());
+    app.scope(async {
+        let router = ok_route("/z").middleware(ThrottleRequestsMiddleware::with_limits(vec![
+            Limit::per_second(3, 0).by("k"),
+        ]));
+        let fresh = ok_route("/fresh").middleware(ThrottleRequestsMiddleware::with_limits(vec![
+            Limit::per_second(3, 0).by("fresh"),
+        ]));
+        let after = ok_route("/after").middleware(ThrottleRequestsMiddleware::with_limits(vec![
+            Limit::per_second(3, 0).by("a").after(|_| true),
+        ]));
+        let attempts = async |key: &str| RateLimiter::attempts(key).await.unwrap();
+
+        assert_eq!(RateLimiter::hit("k", 60).await.unwrap(), 1);
+        let r = get(&router, "/z").await;
+        assert_eq!(r.status_code(), 200);
+        assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+        assert_eq!(remaining(&r), Some("1"));
+        assert_eq!(attempts("k").await, 2);
+        let ttl = server.command(&format!("TTL {prefix}k"));
+        let ttl: i64 = ttl.trim_start_matches(':').trim().parse().unwrap();
+        assert!((59..=60).contains(&ttl), "TTL {ttl}");
+
+        assert_eq!(RateLimiter::hit("k", 60).await.unwrap(), 3);
+        let r = get(&router, "/z").await;
+        assert_eq!(r.status_code(), 429);
+        assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+        assert_eq!(remaining(&r), Some("0"));
+        assert_eq!(r.header_str("retry-after"), Some("60"));
+        let reset = (now + 60).to_string();
+        assert_eq!(r.header_str("x-ratelimit-reset"), Some(reset.as_str()));
+        assert_eq!(attempts("k").await, 3);
+
+        // The timer gone, the full count is removed and nothing stored.
+        assert!(Cache::forget("k:timer").await.unwrap());
+        for _ in 0..2 {
+            let r = get(&router, "/z").await;
+            assert_eq!((r.status_code(), remaining(&r)), (200, Some("3")));
+            assert_eq!(Cache::get("k").await.unwrap(), None);
+        }
+        // A key with no count: never limited, nothing stored.
+        for _ in 0..4 {
+            let r = get(&fresh, "/fresh").await;
+            assert_eq!((r.status_code(), remaining(&r)), (200, Some("3")));
+        }
+        assert_eq!(Cache::get("fresh").await.unwrap(), None);
+        // Counted after the response, the same.
+        let r = get(&after, "/after").await;
+        assert_eq!((r.status_code(), remaining(&r)), (200, Some("3")));
+        assert_eq!(Cache::get("a").await.unwrap(), None);
+        RateLimiter::hit("a", 60).await.unwrap();
+        let r = get(&after, "/after").await;
+        assert_eq!((r.status_code(), remaining(&r)), (200, Some("1")));
+        assert_eq!(attempts("a").await, 2);
     })
     .await;
 }

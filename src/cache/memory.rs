@@ -108,14 +108,22 @@ impl Value {
     }
 
     /// `count`, counted by the window that ends at `window_ends_at` (when
-    /// one did) in a counter that held `self`.
+    /// one did) in a counter that held `self`. A count made in no window
+    /// (a plain increment, or `increment_if_below`, which a rate limiter
+    /// with a window of 0 seconds uses) leaves a counter a window counted
+    /// that window's: full, it refuses until the window ends, not reset as
+    /// a counter no window counted would be.
     fn counted(&self, count: i64, window_ends_at: Option<i64>) -> Value {
-        match window_ends_at {
-            Some(ends) => Value::WindowCount {
+        match (window_ends_at, self.window_ends_at()) {
+            (Some(ends), held) => Value::WindowCount {
                 count,
-                window_ends_at: self.window_ends_at().map_or(ends, |held| held.max(ends)),
+                window_ends_at: held.map_or(ends, |held| held.max(ends)),
             },
-            None => Value::Integer(count),
+            (None, Some(held)) => Value::WindowCount {
+                count,
+                window_ends_at: held,
+            },
+            (None, None) => Value::Integer(count),
         }
     }
 }
@@ -371,12 +379,8 @@ impl Store for MemoryStore {
                     key: key.to_owned(),
                 })?;
             match shard.get_mut() {
-                // A counter a window counted stays that window's: full,
-                // it refuses until the window ends, not reset as a
-                // counter no window counted would be.
-                Some(entry) => {
-                    entry.value = entry.value.counted(next, entry.value.window_ends_at())
-                }
+                // A counter a window counted stays that window's.
+                Some(entry) => entry.value = entry.value.counted(next, None),
                 None => {
                     let entry = Entry {
                         value: Value::Integer(next),

@@ -36,8 +36,12 @@ use crate::clock::SharedClock;
 /// time to live in the same atomic step as the count. Later hits extend
 /// neither time to live. When both expire the next hit opens a new window.
 ///
-/// A window of 0 seconds or less stores nothing: the hit returns the amount
-/// and never limits, as in Laravel.
+/// A window of 0 seconds or less opens none, as in Laravel: on a key with no
+/// counter the hit returns the amount, stores nothing and never limits; a
+/// counter an earlier window left (with a positive decay) is counted in,
+/// and keeps its time to live. See
+/// [`increment_if_below`](CacheRateLimiter::increment_if_below) for how a
+/// full one refuses.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -103,6 +107,45 @@ impl Window {
             amount,
             ceiling,
         }
+    }
+}
+
+/// What [`CacheRateLimiter::count_in_no_window`] did.
+#[derive(Debug, Clone, Copy)]
+struct NoWindowCount {
+    outcome: IncrementOutcome,
+    /// Whether a counter is left in the store (with `outcome.count`).
+    kept: bool,
+    /// For a call that did not count, the end of the window its timer
+    /// holds; `None` when there is no timer or it holds no integer.
+    window_end: Option<i64>,
+}
+
+impl NoWindowCount {
+    fn kept(outcome: IncrementOutcome, window_end: Option<i64>) -> Self {
+        Self {
+            outcome,
+            kept: true,
+            window_end,
+        }
+    }
+
+    fn gone(outcome: IncrementOutcome) -> Self {
+        Self {
+            outcome,
+            kept: false,
+            window_end: None,
+        }
+    }
+
+    /// The outcome with the count left in the store: 0 for a call that
+    /// counted and kept no counter.
+    fn left_in_store(self) -> IncrementOutcome {
+        let mut outcome = self.outcome;
+        if outcome.counted && !self.kept {
+            outcome.count = 0;
+        }
+        outcome
     }
 }
 
@@ -306,8 +349,17 @@ impl CacheRateLimiter {
     /// Adds `amount` only while the count stays at or below `ceiling`, in
     /// one atomic step of the store, opening the window when none is open.
     /// A call that does not count changes nothing and carries the count it
-    /// found. A window of 0 seconds or less stores nothing and counts
-    /// whenever `amount <= ceiling`.
+    /// found.
+    ///
+    /// A window of 0 seconds or less opens none, as Laravel's `hit` with a
+    /// decay of 0 opens none: a counter an open window left is counted in,
+    /// up to `ceiling`, in one atomic step, and keeps its time to live; a
+    /// missing counter stays missing (the call counts when
+    /// `amount <= ceiling`, and the outcome carries `amount`). A counter
+    /// with no room refuses while its timer exists; one at `ceiling` or
+    /// above whose timer is gone is removed, as Laravel's
+    /// `tooManyAttempts` removes it, and the call goes on as on a missing
+    /// counter.
     pub async fn increment_if_below(
         &self,
         key: &str,
@@ -318,7 +370,10 @@ impl CacheRateLimiter {
         let key = cleaned(key);
         let window = self.window(decay_seconds);
         if !window.opens() {
-            return Ok(IncrementOutcome::decide(0, amount, ceiling));
+            let counted = self
+                .count_in_no_window(&key, window, amount, ceiling)
+                .await?;
+            return Ok(counted.outcome);
         }
         if amount <= ceiling {
             // The timer first, as `count` does, so that a counter never
@@ -351,6 +406,12 @@ impl CacheRateLimiter {
     /// counts it, and, when it does not count, the end of the window (Unix
     /// seconds) read in the same step where the store can: what the
     /// throttle's refusal reports, in the round trip of its count.
+    ///
+    /// A window of 0 seconds or less counts as `increment_if_below` does;
+    /// the count it reports is the one left in the store, as Laravel's
+    /// `retriesLeft` reads it for the headers: the counter's new value, or
+    /// 0 when no counter is kept. A refusal carries the end its timer
+    /// holds.
     pub(crate) async fn take_one_or_window_end(
         &self,
         key: &str,
@@ -359,14 +420,11 @@ impl CacheRateLimiter {
     ) -> Result<(IncrementOutcome, Option<i64>), CacheError> {
         let window = self.window(decay_seconds);
         if !window.opens() && max_attempts >= 1 {
-            // A window of no time stores nothing and never limits; the count
-            // it reports is the one left in the store, none, as Laravel's
-            // `retriesLeft` reads it for the headers.
-            let outcome = IncrementOutcome {
-                counted: true,
-                count: 0,
-            };
-            return Ok((outcome, None));
+            let key = cleaned(key);
+            let counted = self
+                .count_in_no_window(&key, window, 1, max_attempts)
+                .await?;
+            return Ok((counted.left_in_store(), counted.window_end));
         }
         if max_attempts < 1 {
             let outcome = self
@@ -387,6 +445,30 @@ impl CacheRateLimiter {
             return Ok((outcome, window_end(&*self.store, timer.as_str()).await?));
         }
         self.store.increment_in_window_or_window_end(count).await
+    }
+
+    /// [`increment_if_below`](Self::increment_if_below), whose outcome
+    /// carries the count left in the store, as the throttle's headers read
+    /// it after a limit that counts after the response: for a window of 0
+    /// seconds or less that keeps no counter, 0 (Laravel's `retriesLeft`
+    /// reads no count), where `increment_if_below` carries `amount`.
+    pub(crate) async fn increment_if_below_left_in_store(
+        &self,
+        key: &str,
+        decay_seconds: i64,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<IncrementOutcome, CacheError> {
+        if decay_seconds > 0 {
+            return self
+                .increment_if_below(key, decay_seconds, amount, ceiling)
+                .await;
+        }
+        let window = self.window(decay_seconds);
+        let counted = self
+            .count_in_no_window(&cleaned(key), window, amount, ceiling)
+            .await?;
+        Ok(counted.left_in_store())
     }
 
     fn window(&self, decay_seconds: i64) -> Window {
@@ -429,6 +511,66 @@ impl CacheRateLimiter {
             });
         }
         Ok(outcome.count)
+    }
+
+    /// Counts `amount` on a cleaned key up to `ceiling` for a window that
+    /// does not open (0 seconds or less), as Laravel's `tooManyAttempts`
+    /// and `hit` with a decay of 0 do together.
+    ///
+    /// The store's atomic `increment_if_below` counts on the key: an
+    /// existing counter (an open window's) is counted in up to `ceiling`
+    /// and keeps its time to live, so callers at the same moment never push
+    /// it past `ceiling`, as in a window that opens. A counter the call
+    /// made (it ends at `amount`: there was none, or it held 0) is removed
+    /// again, as Laravel's `put(K, amount, 0)` removes it; it lives one
+    /// second at most if the removal fails. A call that does not count
+    /// reads the timer: while it exists, the call refuses and carries the
+    /// end it holds; without it, a counter at `ceiling` or above outlived
+    /// its window and is removed (Laravel's `tooManyAttempts`), and the
+    /// call goes on as on a missing counter.
+    ///
+    /// Only the count is atomic: the read of the timer and the removals
+    /// that follow it are steps of their own, as Laravel's are. Between
+    /// this call's count and its removal of a counter it made, another
+    /// caller may count in that counter (a window of 60 seconds opening on
+    /// the key, say); between its read of a missing timer and its removal
+    /// of a full counter, another caller may open a new window, which
+    /// resets the counter and counts in it. Such counts are removed with
+    /// the counter, so that window may admit as many requests more. No
+    /// count pushes a counter past `ceiling`, and no call with a window
+    /// that opens takes this path.
+    async fn count_in_no_window(
+        &self,
+        key: &str,
+        window: Window,
+        amount: i64,
+        ceiling: i64,
+    ) -> Result<NoWindowCount, CacheError> {
+        let outcome = self
+            .store
+            .increment_if_below(key, window.ttl_seconds, amount, ceiling)
+            .await?;
+        if outcome.counted {
+            if outcome.count != amount {
+                return Ok(NoWindowCount::kept(outcome, None));
+            }
+            self.store.forget(key).await?;
+            return Ok(NoWindowCount::gone(outcome));
+        }
+        let timer = TimerKey::of(key);
+        if let Some(ends_at) = self.store.get(timer.as_str()).await? {
+            let ends_at = parse_integer(timer.as_str(), &ends_at).ok();
+            return Ok(NoWindowCount::kept(outcome, ends_at));
+        }
+        if outcome.count < ceiling {
+            // Room below the ceiling, but not for `amount`: Laravel's
+            // `tooManyAttempts` keeps a count below the maximum.
+            return Ok(NoWindowCount::kept(outcome, None));
+        }
+        self.store.forget(key).await?;
+        Ok(NoWindowCount::gone(IncrementOutcome::decide(
+            0, amount, ceiling,
+        )))
     }
 
     /// The store's [`increment_in_window`](Store::increment_in_window) of

@@ -31,7 +31,8 @@ pub enum ThrottleAliasError {
         /// The argument as written.
         value: String,
     },
-    /// A window of zero minutes, which would never limit.
+    /// A window of zero minutes, which opens no window: it would count
+    /// and limit only in a window another limit opened on its key.
     #[error("the window of `throttle` must be at least 1 minute, got `{value}`")]
     ZeroWindow {
         /// The argument as written.

@@ -95,9 +95,11 @@ pub(super) async fn admit(
 }
 
 /// Counts the request against each limit with an [`after`](Limit::after)
-/// callback that accepts `response`, and records the counts. The
-/// increments run concurrently. A bucket that filled up meanwhile is not
-/// pushed past its maximum; the response is already made.
+/// callback that accepts `response`, and records the counts left in the
+/// store (0 for a window of no time that keeps no count, as Laravel's
+/// `retriesLeft` reads it). The increments run concurrently. A bucket
+/// that filled up meanwhile is not pushed past its maximum; the response
+/// is already made.
 pub(super) async fn count_after(
     limiter: &CacheRateLimiter,
     limits: &[Limit],
@@ -112,7 +114,12 @@ pub(super) async fn count_after(
     }
     let outcomes = try_join_all(accepted.iter().map(|&i| {
         let limit = &limits[i];
-        limiter.increment_if_below(&limit.key, limit.decay_seconds, 1, limit.max_attempts)
+        limiter.increment_if_below_left_in_store(
+            &limit.key,
+            limit.decay_seconds,
+            1,
+            limit.max_attempts,
+        )
     }))
     .await?;
     for (i, outcome) in accepted.into_iter().zip(outcomes) {

@@ -424,6 +424,28 @@ pub async fn a_plain_increment_leaves_a_counter_in_its_window(store: &dyn Store,
     assert_eq!(one_hit(store, &key, 2).await, outcome(true, 2));
 }
 
+/// An `increment_if_below` of a counter its open window counted (a rate
+/// limiter's count with a window of 0 seconds) leaves it that window's
+/// counter, with its time to live: full, it refuses the next window count
+/// until the window ends, as the timer is still there.
+pub async fn increment_if_below_leaves_a_counter_in_its_window(store: &dyn Store, p: &str) {
+    let key = format!("{p}w");
+    let outcome = |counted, count| IncrementOutcome { counted, count };
+    assert_eq!(one_hit(store, &key, 2).await, outcome(true, 1));
+    assert_eq!(
+        store.increment_if_below(&key, 0, 1, 2).await.unwrap(),
+        outcome(true, 2)
+    );
+    let ttl = store.ttl(&key).await.unwrap().unwrap();
+    assert!(ttl <= MINUTE && ttl > Duration::from_secs(55), "{ttl:?}");
+    assert_eq!(one_hit(store, &key, 2).await, outcome(false, 2));
+    assert_eq!(
+        store.increment_if_below(&key, 0, 1, 2).await.unwrap(),
+        outcome(false, 2)
+    );
+    assert_eq!(store.get(&key).await.unwrap().as_deref(), Some("2"));
+}
+
 /// On a store that reads the timer and the counter apart (a cluster), a
 /// counter left full without its timer cannot be told from one the new
 /// window filled between the two reads: it is kept, and refuses until its
@@ -464,6 +486,7 @@ pub async fn run_all(store: &dyn Store, p: &str) {
     a_plain_increment_leaves_a_counter_in_its_window(store, &format!("{p}14:")).await;
     counts_past_two_to_the_53_are_exact(store, &format!("{p}15:")).await;
     a_counter_put_full_under_a_live_timer_refuses(store, &format!("{p}16:")).await;
+    increment_if_below_leaves_a_counter_in_its_window(store, &format!("{p}17:")).await;
 }
 
 /// One test per check. `$make` is an async fn returning `(guard, store)`;
@@ -487,6 +510,7 @@ macro_rules! store_conformance_tests {
             a_plain_increment_leaves_a_counter_in_its_window,
             counts_past_two_to_the_53_are_exact,
             a_counter_put_full_under_a_live_timer_refuses,
+            increment_if_below_leaves_a_counter_in_its_window,
         );
     };
     (@each $make:ident; $($check:ident),* $(,)?) => {
