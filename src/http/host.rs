@@ -2,7 +2,6 @@
 //! (RFC 9112, section 3.2).
 
 use http::header::HOST;
-use http::uri::Authority;
 use http::{HeaderMap, Version};
 
 /// Why a request's `Host` header makes it a bad request, or `None` when it
@@ -20,23 +19,55 @@ pub(crate) fn host_fault(version: Version, headers: &HeaderMap) -> Option<&'stat
     if hosts.next().is_some() {
         return Some("more than one Host header\n");
     }
-    let valid = host.is_empty() || host.to_str().is_ok_and(is_host_and_port);
+    let valid = is_host_and_port(host.as_bytes());
     (!valid).then_some("invalid Host header\n")
 }
 
-/// `uri-host [ ":" port ]`: an authority with no userinfo, whose port, if
-/// any, is digits.
-fn is_host_and_port(text: &str) -> bool {
-    let Ok(authority) = text.parse::<Authority>() else {
-        return false;
+/// `uri-host [ ":" port ]` (RFC 3986): an IP literal in brackets, or a
+/// registered name or IPv4 address (unreserved characters, escapes and
+/// sub-delimiters), then an optional `:` and digits. Read byte by byte,
+/// without building a URI authority, which would copy the value.
+fn is_host_and_port(text: &[u8]) -> bool {
+    let (host_ok, rest) = match text.strip_prefix(b"[") {
+        Some(literal) => match literal.iter().position(|&b| b == b']') {
+            Some(end) => (
+                end > 0
+                    && literal[..end]
+                        .iter()
+                        .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.'),
+                &literal[end + 1..],
+            ),
+            None => (false, &[][..]),
+        },
+        None => {
+            let end = text.iter().position(|&b| b == b':').unwrap_or(text.len());
+            (is_reg_name(&text[..end]), &text[end..])
+        }
     };
-    if text.contains('@') || authority.as_str().len() != text.len() {
-        return false;
+    host_ok
+        && match rest.split_first() {
+            None => true,
+            Some((b':', port)) => port.iter().all(u8::is_ascii_digit),
+            Some(_) => false,
+        }
+}
+
+/// `*( unreserved / pct-encoded / sub-delims )`.
+fn is_reg_name(name: &[u8]) -> bool {
+    let mut bytes = name.iter();
+    while let Some(&b) = bytes.next() {
+        let allowed = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b);
+        if b == b'%' {
+            let escaped = (bytes.next(), bytes.next());
+            if !matches!(escaped, (Some(h), Some(l)) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit())
+            {
+                return false;
+            }
+        } else if !allowed {
+            return false;
+        }
     }
-    match text[authority.host().len()..].strip_prefix(':') {
-        Some(port) => port.bytes().all(|b| b.is_ascii_digit()),
-        None => authority.host().len() == text.len(),
-    }
+    true
 }
 
 #[cfg(test)]
@@ -46,7 +77,10 @@ mod tests {
     fn fault(version: Version, hosts: &[&str]) -> Option<&'static str> {
         let mut headers = HeaderMap::new();
         for host in hosts {
-            headers.append(HOST, host.parse().unwrap());
+            headers.append(
+                HOST,
+                http::HeaderValue::from_bytes(host.as_bytes()).unwrap(),
+            );
         }
         host_fault(version, &headers)
     }

@@ -34,7 +34,9 @@ pub(super) async fn run<C>(
                 None => std::future::pending().await,
             }
         };
+        // The connection first: it is what wakes the task on every request.
         tokio::select! {
+            biased;
             ended = connection.as_mut() => {
                 if let Err(error) = ended {
                     tracing::debug!(%peer, %error, "connection ended with an error");
