@@ -66,7 +66,9 @@ pub enum ServerError {
 /// connection and its task for ever, and a graceful shutdown waits for
 /// them. An HTTP/2 connection with no request in flight and none new for
 /// this long is closed too (GOAWAY, then the end of the connection), between
-/// one and two of these periods after its last answer.
+/// one and two of these periods after its last answer; a peer that does
+/// not answer the GOAWAY, like one still open when the server shuts down
+/// with nothing in flight, is dropped within a period more.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A bound listener, ready to serve.

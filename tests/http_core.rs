@@ -687,3 +687,46 @@ async fn an_idle_http2_connection_is_closed_and_a_busy_one_is_kept() {
     let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
     assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
 }
+
+/// A shutdown does not wait on an HTTP/2 peer that sent its preface and
+/// settings, no request, and reads nothing (a graceful HTTP/2 close waits
+/// for the peer to acknowledge it): the server returns and the socket is
+/// closed within a period of the header read timeout.
+#[tokio::test]
+async fn a_shutdown_drops_a_silent_http2_peer_within_a_period() {
+    use std::time::{Duration, Instant};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server = suprnova::server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .header_read_timeout(Some(Duration::from_millis(300)));
+    let addr = server.local_addr().unwrap();
+    let router = Router::new().get("/", |_req: Request| async { HttpResponse::text("hi") });
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
+        let _ = stopped.await;
+    }));
+    let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
+    silent
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let asked = Instant::now();
+    stop.send(()).unwrap();
+    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+    assert!(
+        asked.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        asked.elapsed()
+    );
+    // Whatever the server wrote (its settings, a GOAWAY), then the end.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(2), silent.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(read, Ok(Ok(_)) | Ok(Err(_))),
+        "the socket stayed open"
+    );
+}

@@ -128,6 +128,8 @@ fn a_held_call_after_retry_after_dropped_its_bucket_stamps_the_later_time() {
     assert_the_held_hit_holds_a_whole_window(&limiter, &clock, admitted);
 }
 
+/// The control: where another call took the place meanwhile, the held call
+/// is refused, with or without a second read of the clock.
 #[test]
 fn a_held_call_after_another_admission_is_refused() {
     let config = SlidingWindowConfig::new(1, Duration::from_secs(1));

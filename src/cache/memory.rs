@@ -258,7 +258,11 @@ impl MemoryStore {
             // the count's own business, below. One no window counted (put,
             // or made by increment) is a leftover only when this call
             // opened the window, as Redis's script reads it: under a live
-            // timer it is the window's count.
+            // timer it is the window's count. (The timer and the counter are
+            // locked one after the other, so a caller that finds the timer
+            // another has just opened, and reaches such a full counter
+            // first, is refused before the opener resets it: a refusal at
+            // the opening of a window, never an admission too many.)
             let leftover = |entry: &Entry| match entry.value.window_ends_at() {
                 Some(counted_in) => counted_in < window,
                 None => opened,

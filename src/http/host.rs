@@ -31,10 +31,12 @@ fn is_host_and_port(text: &[u8]) -> bool {
     let (host_ok, rest) = match text.strip_prefix(b"[") {
         Some(literal) => match literal.iter().position(|&b| b == b']') {
             Some(end) => (
+                // An IPv6 address, with a zone (`%25eth0`, RFC 6874), or
+                // an IPvFuture (`v1.x`).
                 end > 0
                     && literal[..end]
                         .iter()
-                        .all(|&b| b.is_ascii_hexdigit() || b == b':' || b == b'.'),
+                        .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:%".contains(&b)),
                 &literal[end + 1..],
             ),
             None => (false, &[][..]),

@@ -12,8 +12,9 @@ use super::idle::{IdleWatch, Quiet};
 /// Drives `connection` to its end. When `shutdown` changes, or when `idle`
 /// finds it without a request for its period, the connection is told to
 /// shut down gracefully (HTTP/2 sends GOAWAY; requests in flight finish)
-/// and driven on until it ends. A connection that sent no request at all
-/// within the period is dropped at once. The receiver is held until the
+/// and driven on until it ends, or until `idle` finds it without a request
+/// in flight for a period more, when it is dropped. A connection that sent
+/// no request at all within the period is dropped at once. The receiver is held until the
 /// connection ends, which is how the server tells that every connection
 /// has.
 pub(super) async fn run<C>(
@@ -47,9 +48,17 @@ pub(super) async fn run<C>(
                 connection.as_mut().graceful_shutdown();
                 closing = true;
             }
-            quiet = quiet, if !closing => match quiet {
+            // Watched while closing too: a peer that never answers the
+            // GOAWAY (an HTTP/2 close waits for its acknowledgement), or
+            // that sent no request at all, is dropped a period later, with
+            // nothing in flight.
+            quiet = quiet => match quiet {
                 Quiet::NoRequest => {
                     tracing::debug!(%peer, "no request within the header read timeout; closing");
+                    return;
+                }
+                Quiet::Idle if closing => {
+                    tracing::debug!(%peer, "closing connection still open a period later; dropping");
                     return;
                 }
                 Quiet::Idle => {

@@ -183,7 +183,8 @@ impl ThrottleRequestsMiddleware {
     /// none): Laravel's `throttle:60,1,prefix`.
     ///
     /// A maximum below 1 refuses every request; a window below 1 minute
-    /// never limits (nothing is stored), as in Laravel.
+    /// opens none, as in Laravel: it stores no count of its own, and counts
+    /// and limits only in a window another limit opened on its key.
     pub fn with(max_attempts: i64, decay_minutes: i64, prefix: impl Into<String>) -> Self {
         Self::with_guest_and_user(max_attempts, max_attempts, decay_minutes, prefix)
     }
