@@ -69,6 +69,27 @@ impl Decision {
         }
     }
 
+    /// A refusal under a limit of zero at `now_unix_nanos`: nothing will
+    /// ever free a place, so the caller is told to come back after a whole
+    /// `window`, the longest any hit could hold a place, and the reset is
+    /// the end of that wait, in whole Unix seconds rounded up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use suprnova::decision::Decision;
+    ///
+    /// let refused = Decision::refused_under_zero(Duration::from_secs(60), 1_000_500_000_000);
+    /// assert_eq!(refused.retry_after_secs(), Some(60));
+    /// assert_eq!(refused.reset_at, Some(1_061));
+    /// ```
+    pub fn refused_under_zero(window: Duration, now_unix_nanos: u64) -> Self {
+        let reopen = Duration::from_nanos(now_unix_nanos).saturating_add(window);
+        let reset = reopen
+            .as_secs()
+            .saturating_add(u64::from(reopen.subsec_nanos() > 0));
+        Self::refused(0, window).with_reset_at(i64::try_from(reset).unwrap_or(i64::MAX))
+    }
+
     /// Sets when the bucket reopens, in Unix seconds.
     pub fn with_reset_at(mut self, unix_seconds: i64) -> Self {
         self.reset_at = Some(unix_seconds);

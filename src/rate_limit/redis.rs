@@ -8,6 +8,7 @@ use ::redis::Script;
 use async_trait::async_trait;
 
 use super::{RateLimitError, RateLimiterDriver, SlidingWindowConfig};
+use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
 use crate::redis_client::{RedisConnection, ScriptCall, reply_numbers};
 
@@ -151,7 +152,9 @@ impl RateLimiterDriver for RedisRateLimiter {
         validate(config)?;
         let max = u64::from(config.max_requests);
         if max == 0 {
-            return Ok(Decision::refused(0, config.window));
+            // No call to Redis: its clock is not read, the machine's is.
+            let now = SystemClock.unix_nanos();
+            return Ok(Decision::refused_under_zero(config.window, now));
         }
         let reply = self.run(key, config, true).await?;
         if reply.admitted {

@@ -221,9 +221,22 @@ pub async fn keys_are_independent(h: &impl Harness) {
 pub async fn a_zero_limit_refuses_everything(h: &impl Harness) {
     let w = h.window();
     let cfg = cfg(0, w);
+    let ceil_secs =
+        |at: Duration| i64::try_from(at.as_secs() + u64::from(at.subsec_nanos() > 0)).unwrap();
+    let before = h.now();
     let d = h.driver().acquire("k", &cfg).await.unwrap();
+    let after = h.now();
     assert!(!d.allowed);
     assert_eq!((d.limit, d.remaining, d.retry_after), (0, 0, Some(w)));
+    // A refusal tells when to come back in X-RateLimit-Reset too: a whole
+    // window from now.
+    let reset = d
+        .reset_at
+        .expect("a refusal under a zero limit has a reset");
+    assert!(
+        (ceil_secs(before + w)..=ceil_secs(after + w)).contains(&reset),
+        "{reset} not a window after {before:?}..{after:?}"
+    );
     assert!(!h.driver().try_acquire("k", &cfg).await.unwrap());
     assert_eq!(h.driver().retry_after("k", &cfg).await.unwrap(), Some(w));
     // Nothing was recorded: the same key under a real limit is empty.

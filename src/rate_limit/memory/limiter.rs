@@ -157,7 +157,7 @@ impl InMemoryRateLimiter {
     fn decide(&self, key: &str, config: &SlidingWindowConfig, now: u64) -> Decision {
         let max = config.max_requests;
         if max == 0 {
-            return refused_forever(config, now);
+            return Decision::refused_under_zero(config.window, now);
         }
         let window_ms = millis_ceil(config.window);
         let place = self.shards.place(key);
@@ -316,16 +316,6 @@ fn admitted(max: u32, count: u32, oldest_ms: u64, window_ms: u64) -> Decision {
 fn refused(max: u32, frees_at_ms: u64, now: u64) -> Decision {
     Decision::refused(u64::from(max), until(frees_at_ms, now))
         .with_reset_at(unix_secs_ceil(frees_at_ms))
-}
-
-/// A limit of zero: nothing will ever free a place, so the caller is told to
-/// come back after a whole window, the longest any hit could hold a place.
-fn refused_forever(config: &SlidingWindowConfig, now: u64) -> Decision {
-    let reopen = Duration::from_nanos(now).saturating_add(config.window);
-    let reset = reopen
-        .as_secs()
-        .saturating_add(u64::from(reopen.subsec_nanos() > 0));
-    Decision::refused(0, config.window).with_reset_at(i64::try_from(reset).unwrap_or(i64::MAX))
 }
 
 /// When a full bucket next has a place: when the hit that keeps it at the
