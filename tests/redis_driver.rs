@@ -494,8 +494,8 @@ async fn a_hung_redis_times_out_within_the_deadline() {
     assert!(first_success(&limiter).await.allowed);
 }
 
-// SCRIPT FLUSH between calls: the next call finds NOSCRIPT, loads the script
-// again, and the count goes on where it was.
+// SCRIPT FLUSH between calls: the next call finds NOSCRIPT, is sent as EVAL
+// of the script, and the count goes on where it was.
 #[tokio::test]
 async fn script_flush_between_calls_does_not_break_the_driver() {
     let server = RedisServer::start();
@@ -511,6 +511,59 @@ async fn script_flush_between_calls_does_not_break_the_driver() {
     assert_eq!(limiter.retry_after("k", &cfg).await.unwrap(), None);
     assert!(server.command("SCRIPT FLUSH").starts_with("+OK"));
     assert_eq!(limiter.acquire("k", &cfg).await.unwrap().remaining, 1);
+}
+
+// SCRIPT FLUSH over and over while twenty connections decide fifty times
+// each: a call that meets NOSCRIPT is sent as EVAL of the script, so every
+// decision is made (none fails) and exactly 100 are admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn decisions_made_through_repeated_script_flushes_are_exact() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let server = RedisServer::start();
+    let prefix = support::unique_prefix("flushed");
+    let stop = Arc::new(AtomicBool::new(false));
+    let port = server.port();
+    let flusher = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut flushes = 0;
+            while !stop.load(Ordering::Relaxed) {
+                assert!(
+                    support::redis::raw_command(port, "SCRIPT FLUSH")
+                        .unwrap()
+                        .starts_with("+OK")
+                );
+                flushes += 1;
+                std::thread::sleep(Duration::from_micros(500));
+            }
+            flushes
+        })
+    };
+    let cfg = per_minute(100);
+    let tasks: Vec<_> = (0..20)
+        .map(|_| {
+            let limiter = RedisRateLimiter::new(connect(&server.url())).with_prefix(&prefix);
+            tokio::spawn(async move {
+                let mut admitted = 0;
+                for _ in 0..50 {
+                    if limiter.acquire("hot", &cfg).await.unwrap().allowed {
+                        admitted += 1;
+                    }
+                }
+                admitted
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for task in tasks {
+        admitted += task.await.unwrap();
+    }
+    stop.store(true, Ordering::Relaxed);
+    let flushes = flusher.join().unwrap();
+    assert!(flushes > 10, "{flushes} flushes");
+    assert_eq!(admitted, 100);
+    assert_eq!(server.command(&format!("ZCARD {prefix}hot")).trim(), ":100");
 }
 
 #[tokio::test]

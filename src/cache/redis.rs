@@ -4,18 +4,18 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use ::redis::{Script, cmd};
+use ::redis::cmd;
 use async_trait::async_trait;
 
 use super::store::{
     CacheError, IncrementOutcome, Store, WindowIncrement, add_then_increment_if_below,
     count_then_read_window_end,
 };
-use crate::redis_client::{RedisConnection, ScriptCall, reply_numbers};
+use crate::redis_client::{LuaScript, RedisConnection, ScriptCall, reply_numbers};
 
 /// The conditional increment, and with a timer key the window's timer too.
-static INCREMENT_IF_BELOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("increment_if_below.lua")));
+static INCREMENT_IF_BELOW: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("increment_if_below.lua")));
 
 /// A cache store in Redis (one node or a Redis Cluster), laid out as
 /// Laravel's Redis cache store lays it out, so that a Laravel application

@@ -4,17 +4,16 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use ::redis::Script;
 use async_trait::async_trait;
 
 use super::{RateLimitError, RateLimiterDriver, SlidingWindowConfig};
 use crate::clock::{Clock, SystemClock};
 use crate::decision::Decision;
-use crate::redis_client::{RedisConnection, ScriptCall, reply_numbers};
+use crate::redis_client::{LuaScript, RedisConnection, ScriptCall, reply_numbers};
 
 /// The decision script, hashed once; calls send only its SHA1.
-static SLIDING_WINDOW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("sliding_window.lua")));
+static SLIDING_WINDOW: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("sliding_window.lua")));
 
 /// The longest window the script keeps exact: its times are microseconds in
 /// Lua doubles, which hold integers up to 2^53, and a time is about 2^51.
@@ -25,7 +24,7 @@ const MAX_WINDOW: Duration = Duration::from_micros(1 << 50);
 /// Each key is a sorted set of its admitted hits, stamped with Redis's own
 /// `TIME` in microseconds, so application servers with skewed clocks agree
 /// on one window. A decision is one Lua script, run atomically by Redis in
-/// one round trip (`EVALSHA`, and the script is loaded again when Redis
+/// one round trip (`EVALSHA`, sent as `EVAL` of the script to a node that
 /// answers `NOSCRIPT` after a restart or a `SCRIPT FLUSH`): it drops the
 /// hits that have left the window (`now - window`, `now`], counts the rest,
 /// records the call only when the count is below the limit, and sets the

@@ -261,9 +261,12 @@ impl RedisConnection {
         .await
     }
 
-    /// Runs one of the crate's script calls with `EVALSHA`, loading the
-    /// script when Redis answers `NOSCRIPT` (after a restart or `SCRIPT
-    /// FLUSH`) and calling again: one round trip while Redis has the script.
+    /// Runs one of the crate's script calls with `EVALSHA`: one round trip
+    /// while Redis has the script. A node that answers `NOSCRIPT` (after a
+    /// restart or `SCRIPT FLUSH`, or a master new to the cluster that a
+    /// key is redirected to) ran nothing, and gets the same call as `EVAL`
+    /// of the script's source, which it runs, and keeps the script for the
+    /// calls after.
     pub(crate) async fn call_script<T: FromRedisValue>(
         &self,
         call: &ScriptCall<'_>,
@@ -271,8 +274,7 @@ impl RedisConnection {
         self.bounded(call.is_repeatable(), |mut link| async move {
             match call.command().query_async(&mut link).await {
                 Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
-                    call.script().load_async(&mut link).await?;
-                    call.command().query_async(&mut link).await
+                    call.eval_command().query_async(&mut link).await
                 }
                 answered => answered,
             }

@@ -10,12 +10,27 @@
 
 use std::io::Write;
 
-use ::redis::{Cmd, RedisWrite, Script, ToRedisArgs, ToSingleRedisArg};
+use ::redis::{Arg, Cmd, RedisWrite, Script, ToRedisArgs, ToSingleRedisArg};
+
+/// One of the crate's Lua scripts: its source, and its SHA-1 computed once.
+pub(crate) struct LuaScript {
+    source: &'static str,
+    script: Script,
+}
+
+impl LuaScript {
+    pub(crate) fn new(source: &'static str) -> Self {
+        Self {
+            source,
+            script: Script::new(source),
+        }
+    }
+}
 
 /// `EVALSHA` of one script, with its keys and then its arguments; run it
 /// with [`RedisConnection::call_script`](super::RedisConnection::call_script).
 pub(crate) struct ScriptCall<'s> {
-    script: &'s Script,
+    script: &'s LuaScript,
     command: Cmd,
     keys_left: usize,
     /// Whether the call may be sent again after its connection dropped.
@@ -25,14 +40,17 @@ pub(crate) struct ScriptCall<'s> {
 impl<'s> ScriptCall<'s> {
     /// A call of `script` on `keys` keys, which [`key`](Self::key) then
     /// writes, before any [`arg`](Self::arg).
-    pub(crate) fn new(script: &'s Script, keys: usize) -> Self {
+    pub(crate) fn new(script: &'s LuaScript, keys: usize) -> Self {
         // Room for the command's name, the 40-byte hash, the count, two
         // keys of a prefix and a hashed name (Laravel's prefix and a SHA-1
         // take 71 bytes) and four numbers, so that writing them never
         // grows the buffer: a growth copies it, which cost the throttle's
         // call 700 instructions when the room was 128 bytes.
         let mut command = Cmd::with_capacity(10, 256);
-        command.arg("EVALSHA").arg(script.get_hash()).arg(keys);
+        command
+            .arg("EVALSHA")
+            .arg(script.script.get_hash())
+            .arg(keys);
         Self {
             script,
             command,
@@ -70,9 +88,21 @@ impl<'s> ScriptCall<'s> {
         self
     }
 
-    /// The script the call runs.
-    pub(crate) fn script(&self) -> &'s Script {
-        self.script
+    /// The same call as `EVAL` of the script's source: for a node that
+    /// answered `NOSCRIPT` (restarted, flushed, or new to the cluster). It
+    /// goes where the key leads, as the `EVALSHA` did, following redirects
+    /// to the node that runs it, and that node compiles the script and
+    /// keeps it for the `EVALSHA`s after.
+    pub(crate) fn eval_command(&self) -> Cmd {
+        let mut eval = Cmd::with_capacity(10, 256 + self.script.source.len());
+        eval.arg("EVAL").arg(self.script.source);
+        // After `EVALSHA` and the hash: the count, the keys, the arguments.
+        for arg in self.command().args_iter().skip(2) {
+            if let Arg::Simple(bytes) = arg {
+                eval.arg(bytes);
+            }
+        }
+        eval
     }
 
     /// The `EVALSHA` command, once every declared key is written.
@@ -108,7 +138,7 @@ mod tests {
 
     #[test]
     fn writes_evalsha_the_keys_joined_with_their_prefix_and_the_arguments() {
-        let script = Script::new("return 1");
+        let script = LuaScript::new("return 1");
         let mut call = ScriptCall::new(&script, 2);
         call.key("app:", "user:1")
             .key("app:", "user:1:timer")
@@ -117,7 +147,7 @@ mod tests {
         let written: Vec<Vec<u8>> = call.command().args_iter().map(arg_bytes).collect();
         let expected: Vec<&[u8]> = vec![
             b"EVALSHA",
-            script.get_hash().as_bytes(),
+            script.script.get_hash().as_bytes(),
             b"2",
             b"app:user:1",
             b"app:user:1:timer",
@@ -129,11 +159,21 @@ mod tests {
 
     #[test]
     fn an_empty_prefix_writes_the_name_alone() {
-        let script = Script::new("return 1");
+        let script = LuaScript::new("return 1");
         let mut call = ScriptCall::new(&script, 1);
         call.key("", "k");
         let written: Vec<Vec<u8>> = call.command().args_iter().map(arg_bytes).collect();
         assert_eq!(written[3], b"k");
+    }
+
+    #[test]
+    fn the_eval_form_sends_the_source_with_the_same_keys_and_arguments() {
+        let script = LuaScript::new("return KEYS[1]");
+        let mut call = ScriptCall::new(&script, 1);
+        call.key("app:", "k").arg(60_i64);
+        let written: Vec<Vec<u8>> = call.eval_command().args_iter().map(arg_bytes).collect();
+        let expected: Vec<&[u8]> = vec![b"EVAL", b"return KEYS[1]", b"1", b"app:k", b"60"];
+        assert_eq!(written, expected);
     }
 
     fn arg_bytes(arg: ::redis::Arg<&[u8]>) -> Vec<u8> {
