@@ -332,7 +332,68 @@ async fn a_cluster_whose_connections_fall_silent_connects_again() {
     }
     let (errors, decided) = until_decided(&limiter, Duration::from_secs(10)).await;
     assert_eq!(decided, Some(true), "{errors:?}");
-    assert_eq!(errors.len(), 1, "{errors:?}");
+    // Two calls in a row time out with nothing answered between them; the
+    // connection is then replaced, and the next call is decided.
+    assert_eq!(errors.len(), 2, "{errors:?}");
+}
+
+/// Resumes a stopped process when dropped, so a failed test leaves no
+/// node stopped.
+struct Resume(u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.0.to_string()])
+            .status();
+    }
+}
+
+// One master hangs (stopped) while the cluster still counts it healthy: a
+// call on its keys times out, and calls on the other masters' keys go on
+// being decided (replacing the whole cluster connection after that one
+// timeout cut the client off from every master).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_master_does_not_stop_decisions_on_the_others() {
+    let cluster = support::redis::RedisCluster::start(3);
+    for port in cluster.ports() {
+        let set = raw_command(port, "CONFIG SET cluster-node-timeout 60000").unwrap();
+        assert!(set.starts_with("+OK"), "{set}");
+    }
+    let prefix = unique_prefix("hung-master");
+    let limiter = RedisRateLimiter::new(RedisConnection::new(short(&cluster.url())).unwrap())
+        .with_prefix(&prefix);
+    let mut key_of_node = std::collections::BTreeMap::new();
+    for i in 0..100 {
+        let key = format!("k{i}");
+        key_of_node
+            .entry(cluster.node_of(&format!("{prefix}{key}")))
+            .or_insert(key);
+    }
+    let mut nodes = key_of_node.into_iter();
+    let (_, healthy_key) = nodes.next().unwrap();
+    let (hung, hung_key) = nodes.next().unwrap();
+    assert!(admits(&limiter, &healthy_key).await);
+    assert!(admits(&limiter, &hung_key).await);
+    let pid = cluster.pid_of(hung);
+    let stopped = Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let _resume = Resume(pid);
+    let on_hung = limiter.acquire(&hung_key, &per_minute(100)).await;
+    assert!(
+        matches!(on_hung, Err(RateLimitError::Timeout(_))),
+        "{on_hung:?}"
+    );
+    for call in 0..4 {
+        let decided = limiter.acquire(&healthy_key, &per_minute(100)).await;
+        assert!(
+            matches!(decided, Ok(ref d) if d.allowed),
+            "call {call}: {decided:?}"
+        );
+    }
 }
 
 // ---- over quota is 429 whatever another bucket's call did -------------------

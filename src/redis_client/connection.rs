@@ -1,7 +1,7 @@
 //! One handle over a Redis node or a Redis Cluster, with bounded waits.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Once, RwLock};
 use std::time::Duration;
 
@@ -43,7 +43,10 @@ pub enum RedisBackendError {
 /// balancer drops its flow, gets none until the kernel gives up on it, about
 /// fifteen minutes later), after `READONLY` (the address now leads to a
 /// replica: a failover behind one DNS name), and after a refused password
-/// (redis-rs would keep answering with that refusal). A decision's script
+/// (redis-rs would keep answering with that refusal). A cluster's
+/// connection is replaced after two calls in a row found no answer, with
+/// none answered between them: one hung master's keys time out while the
+/// other masters answer, and a new connection would wait on that master. A decision's script
 /// call that finds its connection to one node dropped (Redis restarted, or
 /// the peer reset it) is sent once more, on the connection redis-rs opens
 /// again, within the same deadline: should Redis have run the first send,
@@ -99,7 +102,17 @@ struct LazyCluster {
     /// number it started under.
     generation: AtomicU64,
     connecting: tokio::sync::Mutex<()>,
+    /// Calls that timed out since a call last got an answer.
+    timeouts_in_a_row: AtomicU32,
 }
+
+/// How many calls in a row must time out, with no call answered between
+/// them, before a cluster's whole connection is replaced. One timeout may
+/// be one hung master's (its keys' calls wait, the others' are answered),
+/// and replacing the connection would cut the client off from every
+/// master while the new one waits on that one; timeouts with nothing
+/// answered between them are a connection that fell silent.
+const CLUSTER_TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
 
 impl LazyCluster {
     async fn connection(&self) -> RedisResult<ClusterConnection> {
@@ -168,6 +181,33 @@ impl Used<'_> {
             Used::Cluster(cluster, generation) => cluster.replace(*generation),
         }
     }
+
+    /// After a call that timed out: one node's connection is replaced; a
+    /// cluster's only after [`CLUSTER_TIMEOUTS_BEFORE_RECONNECT`] calls in
+    /// a row timed out.
+    fn timed_out(&self) {
+        match self {
+            Used::Single(..) => self.replace(),
+            Used::Cluster(cluster, generation) => {
+                let in_a_row = cluster.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
+                if in_a_row >= CLUSTER_TIMEOUTS_BEFORE_RECONNECT {
+                    cluster.timeouts_in_a_row.store(0, Ordering::Relaxed);
+                    cluster.replace(*generation);
+                }
+            }
+        }
+    }
+
+    /// After a call that got an answer (a value or Redis's error).
+    fn answered(&self) {
+        if let Used::Cluster(cluster, _) = self
+            // Read before written: calls answered one after the other
+            // write nothing the other cores read.
+            && cluster.timeouts_in_a_row.load(Ordering::Relaxed) != 0
+        {
+            cluster.timeouts_in_a_row.store(0, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Whether `error` says that the connection will not serve again, though
@@ -206,6 +246,7 @@ impl RedisConnection {
                 connected: RwLock::new(None),
                 generation: AtomicU64::new(0),
                 connecting: tokio::sync::Mutex::new(()),
+                timeouts_in_a_row: AtomicU32::new(0),
             }))
         } else {
             let client = ::redis::Client::open(config.nodes()[0].as_str())?;
@@ -314,20 +355,28 @@ impl RedisConnection {
             }
         };
         match tokio::time::timeout(deadline, attempts).await {
-            Ok(Ok(answer)) => Ok(answer),
+            Ok(Ok(answer)) => {
+                used.answered();
+                Ok(answer)
+            }
+            // The connection's own response timeout can fire before ours:
+            // both are a timeout.
+            Ok(Err(e)) if e.is_timeout() => {
+                used.timed_out();
+                Err(RedisBackendError::Timeout(deadline))
+            }
             Ok(Err(e)) if needs_a_new_connection(&e) => {
                 used.replace();
-                // The connection's own response timeout can fire before
-                // ours: report both as a timeout.
-                Err(if e.is_timeout() {
-                    RedisBackendError::Timeout(deadline)
-                } else {
-                    RedisBackendError::from(e)
-                })
+                Err(RedisBackendError::from(e))
             }
-            Ok(Err(e)) => Err(RedisBackendError::from(e)),
+            Ok(Err(e)) => {
+                if matches!(e.kind(), ErrorKind::Server(_)) {
+                    used.answered();
+                }
+                Err(RedisBackendError::from(e))
+            }
             Err(_) => {
-                used.replace();
+                used.timed_out();
                 Err(RedisBackendError::Timeout(deadline))
             }
         }

@@ -362,6 +362,15 @@ impl RedisCluster {
     }
 
     /// The node ports.
+    /// The process id of the node on `port`.
+    pub fn pid_of(&self, port: u16) -> u32 {
+        self.nodes
+            .iter()
+            .find(|(_, p)| *p == port)
+            .map(|(child, _)| child.id())
+            .expect("a node of this cluster")
+    }
+
     pub fn ports(&self) -> Vec<u16> {
         self.nodes.iter().map(|(_, p)| *p).collect()
     }
