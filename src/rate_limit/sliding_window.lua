@@ -55,8 +55,7 @@ if admit and count < max then
     member = string.format('%d', stamp)
   end
   -- The key lives until its newest hit leaves the window, then Redis drops
-  -- it by itself. (A refused call changes no hit; it only extends this
-  -- expiry, when its own window is longer.)
+  -- it by itself. (A refused call changes no hit, so it keeps this expiry.)
   -- Should Redis's clock step back, hits stamped before the step would
   -- outlive this expiry by the size of the step; Redis clocks slew rather
   -- than step, and the lookup that would cover it costs every call.
@@ -69,11 +68,6 @@ if count > 0 then
   local index = math.max(count - max, 0)
   local hit = redis.call('ZRANGE', key, index, index, 'WITHSCORES')
   gate = tonumber(hit[2])
-  -- The key must live as long as its hits count under this call's window,
-  -- which may be longer than the one that set its expiry (a limit whose
-  -- window was lengthened): extended, never shortened (GT), to a whole
-  -- window, at least the time its newest hit has left.
-  redis.call('PEXPIRE', key, string.format('%d', math.ceil(window / 1000)), 'GT')
 end
 
 return string.format('0 %d %d %d', count, gate, now)
