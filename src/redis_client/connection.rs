@@ -1,7 +1,7 @@
 //! One handle over a Redis node or a Redis Cluster, with bounded waits.
 
 use std::fmt;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once, RwLock};
 use std::time::Duration;
 
@@ -43,10 +43,11 @@ pub enum RedisBackendError {
 /// balancer drops its flow, gets none until the kernel gives up on it, about
 /// fifteen minutes later), after `READONLY` (the address now leads to a
 /// replica: a failover behind one DNS name), and after a refused password
-/// (redis-rs would keep answering with that refusal). A cluster's
-/// connection is replaced after two calls in a row found no answer, with
-/// none answered between them: one hung master's keys time out while the
-/// other masters answer, and a new connection would wait on that master. A decision's script
+/// (redis-rs would keep answering with that refusal). A cluster's new
+/// connection is connected in the background while calls go on using the
+/// old one, and taken once it connects: a timeout may be one hung master's,
+/// whose keys wait while the other masters answer, and a new connection
+/// that waits on that master would stop every key. A decision's script
 /// call that finds its connection to one node dropped (Redis restarted, or
 /// the peer reset it) is sent once more, on the connection redis-rs opens
 /// again, within the same deadline: should Redis have run the first send,
@@ -97,22 +98,15 @@ impl SingleNode {
 struct LazyCluster {
     client: ClusterClient,
     connected: RwLock<Option<ClusterConnection>>,
-    /// The number of the connection that is, or will be, in use: a call
-    /// that fails drops the connection only while this is still the
-    /// number it started under.
+    /// The number of the connection in use: a call that fails replaces the
+    /// connection only while this is still the number it started under.
     generation: AtomicU64,
     connecting: tokio::sync::Mutex<()>,
-    /// Calls that timed out since a call last got an answer.
-    timeouts_in_a_row: AtomicU32,
+    /// Whether a replacement is being connected.
+    replacing: AtomicBool,
+    /// How long a replacement may take to connect.
+    connect_within: Duration,
 }
-
-/// How many calls in a row must time out, with no call answered between
-/// them, before a cluster's whole connection is replaced. One timeout may
-/// be one hung master's (its keys' calls wait, the others' are answered),
-/// and replacing the connection would cut the client off from every
-/// master while the new one waits on that one; timeouts with nothing
-/// answered between them are a connection that fell silent.
-const CLUSTER_TIMEOUTS_BEFORE_RECONNECT: u32 = 2;
 
 impl LazyCluster {
     async fn connection(&self) -> RedisResult<ClusterConnection> {
@@ -135,22 +129,63 @@ impl LazyCluster {
             .clone()
     }
 
-    /// Drops the connection made under `generation`, so that the next call
-    /// connects again; a connection made since is kept.
-    fn replace(&self, generation: u64) {
-        let mut connected = self.connected.write().unwrap_or_else(|e| e.into_inner());
-        if self
-            .generation
-            .compare_exchange(
-                generation,
-                generation + 1,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            )
-            .is_ok()
+    /// Connects a new connection in the background and puts it in place of
+    /// the one made under `generation`, which calls go on using until then:
+    /// the old connection may fail on one node only (a hung master, while
+    /// the others answer), and a new one that cannot reach every node is
+    /// not taken. One replacement at a time; a connection made since is
+    /// kept.
+    fn replace(self: &Arc<Self>, generation: u64) {
+        if self.generation.load(Ordering::Acquire) != generation
+            || self.replacing.swap(true, Ordering::AcqRel)
         {
-            *connected = None;
+            return;
         }
+        let replacing = Replacing(Arc::clone(self));
+        tokio::spawn(async move {
+            let cluster = &replacing.0;
+            let fresh = tokio::time::timeout(
+                cluster.connect_within,
+                cluster.client.get_async_connection(),
+            )
+            .await;
+            match fresh {
+                Ok(Ok(conn)) => {
+                    let mut connected =
+                        cluster.connected.write().unwrap_or_else(|e| e.into_inner());
+                    if cluster
+                        .generation
+                        .compare_exchange(
+                            generation,
+                            generation + 1,
+                            Ordering::AcqRel,
+                            Ordering::Acquire,
+                        )
+                        .is_ok()
+                    {
+                        *connected = Some(conn);
+                    }
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "could not connect a new Redis Cluster connection; the one in use is kept");
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        "a new Redis Cluster connection did not connect in time; the one in use is kept"
+                    );
+                }
+            }
+        });
+    }
+}
+
+/// Clears [`LazyCluster::replacing`] when the replacement ends, or when its
+/// task is dropped with its runtime.
+struct Replacing(Arc<LazyCluster>);
+
+impl Drop for Replacing {
+    fn drop(&mut self) {
+        self.0.replacing.store(false, Ordering::Release);
     }
 }
 
@@ -179,33 +214,6 @@ impl Used<'_> {
         match self {
             Used::Single(node, manager) => node.replace(manager),
             Used::Cluster(cluster, generation) => cluster.replace(*generation),
-        }
-    }
-
-    /// After a call that timed out: one node's connection is replaced; a
-    /// cluster's only after [`CLUSTER_TIMEOUTS_BEFORE_RECONNECT`] calls in
-    /// a row timed out.
-    fn timed_out(&self) {
-        match self {
-            Used::Single(..) => self.replace(),
-            Used::Cluster(cluster, generation) => {
-                let in_a_row = cluster.timeouts_in_a_row.fetch_add(1, Ordering::Relaxed) + 1;
-                if in_a_row >= CLUSTER_TIMEOUTS_BEFORE_RECONNECT {
-                    cluster.timeouts_in_a_row.store(0, Ordering::Relaxed);
-                    cluster.replace(*generation);
-                }
-            }
-        }
-    }
-
-    /// After a call that got an answer (a value or Redis's error).
-    fn answered(&self) {
-        if let Used::Cluster(cluster, _) = self
-            // Read before written: calls answered one after the other
-            // write nothing the other cores read.
-            && cluster.timeouts_in_a_row.load(Ordering::Relaxed) != 0
-        {
-            cluster.timeouts_in_a_row.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -246,7 +254,8 @@ impl RedisConnection {
                 connected: RwLock::new(None),
                 generation: AtomicU64::new(0),
                 connecting: tokio::sync::Mutex::new(()),
-                timeouts_in_a_row: AtomicU32::new(0),
+                replacing: AtomicBool::new(false),
+                connect_within: config.connect_timeout + config.response_timeout,
             }))
         } else {
             let client = ::redis::Client::open(config.nodes()[0].as_str())?;
@@ -355,28 +364,20 @@ impl RedisConnection {
             }
         };
         match tokio::time::timeout(deadline, attempts).await {
-            Ok(Ok(answer)) => {
-                used.answered();
-                Ok(answer)
-            }
-            // The connection's own response timeout can fire before ours:
-            // both are a timeout.
-            Ok(Err(e)) if e.is_timeout() => {
-                used.timed_out();
-                Err(RedisBackendError::Timeout(deadline))
-            }
+            Ok(Ok(answer)) => Ok(answer),
             Ok(Err(e)) if needs_a_new_connection(&e) => {
                 used.replace();
-                Err(RedisBackendError::from(e))
+                // The connection's own response timeout can fire before
+                // ours: report both as a timeout.
+                Err(if e.is_timeout() {
+                    RedisBackendError::Timeout(deadline)
+                } else {
+                    RedisBackendError::from(e)
+                })
             }
-            Ok(Err(e)) => {
-                if matches!(e.kind(), ErrorKind::Server(_)) {
-                    used.answered();
-                }
-                Err(RedisBackendError::from(e))
-            }
+            Ok(Err(e)) => Err(RedisBackendError::from(e)),
             Err(_) => {
-                used.timed_out();
+                used.replace();
                 Err(RedisBackendError::Timeout(deadline))
             }
         }

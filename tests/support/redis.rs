@@ -361,7 +361,6 @@ impl RedisCluster {
             .unwrap_or_else(|| panic!("no node holds slot {slot}"))
     }
 
-    /// The node ports.
     /// The process id of the node on `port`.
     pub fn pid_of(&self, port: u16) -> u32 {
         self.nodes
@@ -371,6 +370,7 @@ impl RedisCluster {
             .expect("a node of this cluster")
     }
 
+    /// The node ports.
     pub fn ports(&self) -> Vec<u16> {
         self.nodes.iter().map(|(_, p)| *p).collect()
     }
