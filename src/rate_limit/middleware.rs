@@ -36,7 +36,9 @@ pub(super) enum LimiterSource {
 /// function returns.
 ///
 /// Every request makes one call to [`RateLimiterDriver::acquire`] (one round
-/// trip on Redis), and every header comes from that one [`Decision`]:
+/// trip on Redis; a request with several buckets, an ambiguous
+/// [`identity_key`](super::identity_key)'s, one for each, at once), and
+/// every header comes from that one [`Decision`]:
 ///
 /// - Over quota: `429` with the body `429 Too Many Requests`, `Retry-After`
 ///   in whole seconds (rounded up, at least 1), `X-RateLimit-Limit` and

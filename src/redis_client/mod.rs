@@ -2,9 +2,11 @@
 //! cluster), connect and response timeouts, reconnects, and scripts run with
 //! `EVALSHA`, and with `EVAL` on a node that answers `NOSCRIPT`.
 //!
-//! Every script of the crate touches one key (or keys that share a
-//! `{hash tag}`), so the same code runs on a single node and on a Redis
-//! Cluster.
+//! The sliding-window script touches one key, so it runs the same on a
+//! single node and on a Redis Cluster. The cache store's count touches the
+//! counter and its timer in one script on a single node; on a cluster,
+//! where the two keys live in different slots, it sends the timer's
+//! `SET NX` on its own and the script on the counter alone.
 
 mod config;
 mod connection;

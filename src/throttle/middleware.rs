@@ -81,8 +81,10 @@ pub const DEFAULT_DECAY_SECONDS: i64 = 60;
 /// bucket (it reads its buckets again when an inner limit has reported),
 /// as Laravel reads every bucket after the response. A refusal is a
 /// `429 Too Many Attempts.` with `X-RateLimit-Limit`,
-/// `X-RateLimit-Remaining: 0`, `Retry-After` (seconds until the window
-/// ends, at least 1) and `X-RateLimit-Reset` (that moment in Unix seconds).
+/// `X-RateLimit-Remaining: 0`, `Retry-After` (whole seconds until the
+/// second the window's timer holds, at least 1, as Laravel counts them: up
+/// to a second before the window's count ends) and `X-RateLimit-Reset`
+/// (that second, in Unix seconds).
 /// A [`Limit::response`] callback's response replaces the 429 and gets
 /// those of the four headers it did not set itself.
 ///

@@ -29,8 +29,9 @@ const DEFAULT_SHARDS: usize = 64;
 ///   key's shard, so a limit of N admits N under any concurrency.
 /// - **Scales past one core.** Keys are spread over many shards, each behind
 ///   its own lock; there is no global lock on the path of a call.
-/// - **Compact.** A hit costs 2 bytes (the gap to the hit before it), so a
-///   key holding 100 hits costs a few hundred bytes in all.
+/// - **Compact.** A hit costs 2 bytes (the gap to the hit before it; 10
+///   bytes for a gap of 65.5 seconds or more), so a key holding 100 hits
+///   costs a few hundred bytes in all.
 /// - **Bounded.** A bucket that holds nothing in its window is dropped as soon
 ///   as a call touches it. Buckets nobody touches again are dropped by a
 ///   sweep that runs inside an ordinary call once per sweep interval of clock
