@@ -132,9 +132,12 @@ impl LazyCluster {
     /// Connects a new connection in the background and puts it in place of
     /// the one made under `generation`, which calls go on using until then:
     /// the old connection may fail on one node only (a hung master, while
-    /// the others answer), and a new one that cannot reach every node is
-    /// not taken. One replacement at a time; a connection made since is
-    /// kept.
+    /// the others answer), and no call waits on the new one's connecting.
+    /// A new connection that does not connect within `connect_within` is
+    /// dropped, and the next failure tries again. One replacement at a
+    /// time; a connection made since is kept. While a master hangs, each
+    /// of its keys' timeouts may so start a new connection to the cluster,
+    /// one at a time.
     fn replace(self: &Arc<Self>, generation: u64) {
         if self.generation.load(Ordering::Acquire) != generation
             || self.replacing.swap(true, Ordering::AcqRel)
@@ -255,7 +258,10 @@ impl RedisConnection {
                 generation: AtomicU64::new(0),
                 connecting: tokio::sync::Mutex::new(()),
                 replacing: AtomicBool::new(false),
-                connect_within: config.connect_timeout + config.response_timeout,
+                // Twice a call's deadline: with a hung node among the seeds,
+                // redis-rs waits on it once to connect and once more to
+                // read the slots, and no call waits on this.
+                connect_within: 2 * (config.connect_timeout + config.response_timeout),
             }))
         } else {
             let client = ::redis::Client::open(config.nodes()[0].as_str())?;
