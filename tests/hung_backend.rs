@@ -155,7 +155,14 @@ async fn meets_a_hung_redis(
     redis: &RedisConfig,
     what: &str,
 ) {
-    assert_decided(&timed_get(router, path).await.0);
+    // The first request on a fresh key: exactly one place taken.
+    let first = timed_get(router, path).await.0;
+    assert_decided(&first);
+    let left = (LIMIT - 1).to_string();
+    assert_eq!(
+        first.header_str("x-ratelimit-remaining"),
+        Some(left.as_str())
+    );
     let pause_ends = pause_all_clients(server, PAUSE_MS);
     for attempt in 1..=2 {
         let (response, took) = timed_get(router, path).await;
