@@ -434,16 +434,8 @@ async fn a_connection_without_a_first_request_is_closed_after_the_header_read_ti
         }
     }
 
-    let server = suprnova::server::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .header_read_timeout(Some(Duration::from_millis(300)));
-    let addr = server.local_addr().unwrap();
-    let router = Router::new().get("/", |_req: Request| async { HttpResponse::text("hi") });
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
-        let _ = stopped.await;
-    }));
+    let server = HiServer::start(Duration::from_millis(300)).await;
+    let addr = server.addr;
     let wait = Duration::from_secs(5);
     let closed = tokio::join!(
         closed_within(addr, b"", wait),
@@ -466,9 +458,7 @@ async fn a_connection_without_a_first_request_is_closed_after_the_header_read_ti
     whole.read_to_string(&mut answer).await.unwrap();
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     assert!(answer.ends_with("hi"), "{answer}");
-    stop.send(()).unwrap();
-    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
-    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+    server.stop().await;
 }
 
 /// A handler's own `Content-Length` that is not its body's, or a
@@ -637,16 +627,8 @@ async fn an_idle_http2_connection_is_closed_and_a_busy_one_is_kept() {
     use std::time::{Duration, Instant};
 
     let period = Duration::from_millis(300);
-    let server = suprnova::server::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .header_read_timeout(Some(period));
-    let addr = server.local_addr().unwrap();
-    let router = Router::new().get("/", |_req: Request| async { HttpResponse::text("hi") });
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
-        let _ = stopped.await;
-    }));
+    let server = HiServer::start(period).await;
+    let addr = server.addr;
     let open = || async {
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let (sender, connection) =
@@ -683,9 +665,7 @@ async fn an_idle_http2_connection_is_closed_and_a_busy_one_is_kept() {
         after >= period && after < 2 * period + Duration::from_millis(700),
         "closed {after:?} after the last answer, with a {period:?} timeout"
     );
-    stop.send(()).unwrap();
-    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
-    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+    server.stop().await;
 }
 
 /// A shutdown does not wait on an HTTP/2 peer that sent its preface and
@@ -697,16 +677,8 @@ async fn a_shutdown_drops_a_silent_http2_peer_within_a_period() {
     use std::time::{Duration, Instant};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let server = suprnova::server::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .header_read_timeout(Some(Duration::from_millis(300)));
-    let addr = server.local_addr().unwrap();
-    let router = Router::new().get("/", |_req: Request| async { HttpResponse::text("hi") });
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
-        let _ = stopped.await;
-    }));
+    let server = HiServer::start(Duration::from_millis(300)).await;
+    let addr = server.addr;
     let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
     silent
         .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
@@ -714,9 +686,7 @@ async fn a_shutdown_drops_a_silent_http2_peer_within_a_period() {
         .unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     let asked = Instant::now();
-    stop.send(()).unwrap();
-    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
-    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+    server.stop().await;
     assert!(
         asked.elapsed() < Duration::from_secs(2),
         "{:?}",
@@ -729,4 +699,40 @@ async fn a_shutdown_drops_a_silent_http2_peer_within_a_period() {
         matches!(read, Ok(Ok(_)) | Ok(Err(_))),
         "the socket stayed open"
     );
+}
+
+/// The server on a free port with the header read timeout `period`,
+/// answering `GET /` with "hi", stopped with [`HiServer::stop`].
+struct HiServer {
+    addr: std::net::SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<Result<(), suprnova::server::ServerError>>,
+}
+
+impl HiServer {
+    async fn start(period: std::time::Duration) -> Self {
+        let server = suprnova::server::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .header_read_timeout(Some(period));
+        let addr = server.local_addr().unwrap();
+        let router = Router::new().get("/", |_req: Request| async { HttpResponse::text("hi") });
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.serve_with_shutdown(router, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            addr,
+            stop,
+            serving,
+        }
+    }
+
+    /// Shuts the server down and asserts it returned within 5 s.
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        let stopped_in =
+            tokio::time::timeout(std::time::Duration::from_secs(5), self.serving).await;
+        assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+    }
 }
