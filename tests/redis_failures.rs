@@ -457,6 +457,77 @@ async fn a_hung_master_does_not_stop_decisions_on_the_others() {
     }
 }
 
+// A throttle's full bucket on a cluster whose timer key lives on another
+// master than its counter: when the timer's master fails (stopped, or
+// killed), the counter's master still says the bucket is full, and the
+// answer is 429 under either policy (the timer's error hid it: the policy
+// admitted the client, or answered 503), with a whole window to wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_bucket_is_429_while_its_timer_master_fails() {
+    use suprnova::cache::RedisStore;
+    use suprnova::{Limit, ThrottleRequestsMiddleware};
+    for signal in ["-STOP", "-KILL"] {
+        let cluster = support::redis::RedisCluster::start(3);
+        for port in cluster.ports() {
+            let set = raw_command(port, "CONFIG SET cluster-node-timeout 60000").unwrap();
+            assert!(set.starts_with("+OK"), "{set}");
+        }
+        let prefix = unique_prefix("timer-master");
+        let (key, timer_master) = (0..200)
+            .map(|i| format!("k{i}"))
+            .find_map(|key| {
+                let counter = cluster.node_of(&format!("{prefix}{key}"));
+                let timer = cluster.node_of(&format!("{prefix}{key}:timer"));
+                (counter != timer).then_some((key, timer))
+            })
+            .expect("a key whose timer lives on another master");
+        let store = RedisStore::new(RedisConnection::new(short(&cluster.url())).unwrap())
+            .with_prefix(prefix.clone());
+        let app = throttle_support::limiter_app(Arc::new(store), suprnova::clock::system());
+        app.scope(async {
+            let limits = || vec![Limit::per_minute(2).by(key.clone())];
+            let open =
+                ok_routes(&["/open"]).middleware(ThrottleRequestsMiddleware::with_limits(limits()));
+            let closed = ok_routes(&["/closed"]).middleware(
+                ThrottleRequestsMiddleware::with_limits(limits())
+                    .on_backend_error(BackendErrorPolicy::FailClosed),
+            );
+            let statuses = [
+                get_from(&open, "/open").await.status_code(),
+                get_from(&open, "/open").await.status_code(),
+                get_from(&open, "/open").await.status_code(),
+            ];
+            assert_eq!(statuses, [200, 200, 429], "{signal}");
+            let pid = cluster.pid_of(timer_master);
+            let sent = Command::new("kill")
+                .args([signal, &pid.to_string()])
+                .status()
+                .unwrap();
+            assert!(sent.success());
+            let _resume = Resume(pid);
+            for (router, path) in [(&open, "/open"), (&closed, "/closed")] {
+                let refused = get_from(router, path).await;
+                assert_eq!(
+                    refused.status_code(),
+                    429,
+                    "{signal} {path}: {}",
+                    refused.body_text()
+                );
+                assert_eq!(refused.header_str("x-ratelimit-remaining"), Some("0"));
+                // A whole window from the count's start, in whole seconds
+                // of a clock that may have passed a second since.
+                let wait: u64 = refused
+                    .header_str("retry-after")
+                    .expect("a Retry-After")
+                    .parse()
+                    .unwrap();
+                assert!((59..=60).contains(&wait), "{signal} {path}: {wait}");
+            }
+        })
+        .await;
+    }
+}
+
 // ---- over quota is 429 whatever another bucket's call did -------------------
 
 /// Makes `key` a hash, so that every string or sorted-set command on it

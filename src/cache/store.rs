@@ -190,16 +190,25 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     count: WindowIncrement<'_>,
 ) -> Result<IncrementOutcome, CacheError> {
     let ends_at = count.ends_at.to_string();
-    let (_, outcome) = futures_util::future::try_join(
+    let (added, outcome) = futures_util::future::join(
         store.add(count.timer_key, &ends_at, count.ttl()),
         store.increment_if_below(count.key, count.decay_seconds, count.amount, count.ceiling),
     )
-    .await?;
+    .await;
+    let outcome = outcome?;
+    // A refusal stands whatever became of the timer (on a cluster its node
+    // may be the one that failed): the counter's node said the window is
+    // full. A count whose timer could not be written is an error.
+    if outcome.counted {
+        added?;
+    }
     Ok(outcome)
 }
 
 /// [`Store::increment_in_window_or_window_end`] as two steps: the count,
-/// then, when it did not count, a read of the timer.
+/// then, when it did not count, a read of the timer. A refusal whose
+/// timer cannot be read (on a cluster, its node failed) reports the end
+/// of a window opened now, the longest the open one can last.
 pub(crate) async fn count_then_read_window_end<S: Store + ?Sized>(
     store: &S,
     count: WindowIncrement<'_>,
@@ -208,7 +217,13 @@ pub(crate) async fn count_then_read_window_end<S: Store + ?Sized>(
     if outcome.counted {
         return Ok((outcome, None));
     }
-    Ok((outcome, window_end(store, count.timer_key).await?))
+    match window_end(store, count.timer_key).await {
+        Ok(ends_at) => Ok((outcome, ends_at)),
+        Err(error) => {
+            tracing::debug!(%error, "the window's end could not be read; the refusal reports a whole window");
+            Ok((outcome, Some(count.ends_at)))
+        }
+    }
 }
 
 /// The end of a window as its timer under `timer_key` holds it (Unix
