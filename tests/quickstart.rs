@@ -416,14 +416,8 @@ async fn boots_as_local_when_app_env_is_unset_and_says_so() {
 async fn ctrl_c_stops_it_gracefully() {
     let mut app = Quickstart::start(&[("APP_ENV", "local")]);
     assert_eq!(app.get("/").await.status, 200);
-    let pid = app.child.id().to_string();
-    // SIGINT is what ctrl-c sends to the foreground process. The shell's
-    // own `kill`: a minimal system may have no kill program.
-    let sent = Command::new("sh")
-        .args(["-c", &format!("kill -INT {pid}")])
-        .status()
-        .expect("run sh -c 'kill -INT'");
-    assert!(sent.success());
+    // SIGINT is what ctrl-c sends to the foreground process.
+    assert!(support::signal(app.child.id(), "INT"));
     let status = app.wait_for_exit(Duration::from_secs(10));
     assert!(status.success(), "exit status after ctrl-c: {status}");
     let log = app.stdout.finish();

@@ -394,18 +394,6 @@ async fn one_silent_node_among_answering_ones_is_connected_again() {
     assert!((1..=2).contains(&timeouts), "{timeouts} timeouts");
 }
 
-/// Resumes a stopped process when dropped, so a failed test leaves no
-/// node stopped.
-struct Resume(u32);
-
-impl Drop for Resume {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-CONT", &self.0.to_string()])
-            .status();
-    }
-}
-
 // One master hangs (stopped) while the cluster still counts it healthy:
 // calls on its keys time out, two at once, and calls on the other masters'
 // keys go on being decided (a new connection that waited on the hung
@@ -433,12 +421,8 @@ async fn a_hung_master_does_not_stop_decisions_on_the_others() {
     assert!(admits(&limiter, &healthy_key).await);
     assert!(admits(&limiter, &hung_key).await);
     let pid = cluster.pid_of(hung);
-    let stopped = Command::new("kill")
-        .args(["-STOP", &pid.to_string()])
-        .status()
-        .unwrap();
-    assert!(stopped.success());
-    let _resume = Resume(pid);
+    assert!(support::signal(pid, "STOP"));
+    let _resume = support::Resume(pid);
     let limit = per_minute(100);
     let on_hung = tokio::join!(
         limiter.acquire(&hung_key, &limit),
@@ -466,7 +450,7 @@ async fn a_hung_master_does_not_stop_decisions_on_the_others() {
 async fn a_full_bucket_is_429_while_its_timer_master_fails() {
     use suprnova::cache::RedisStore;
     use suprnova::{Limit, ThrottleRequestsMiddleware};
-    for signal in ["-STOP", "-KILL"] {
+    for signal in ["STOP", "KILL"] {
         let cluster = support::redis::RedisCluster::start(3);
         for port in cluster.ports() {
             let set = raw_command(port, "CONFIG SET cluster-node-timeout 60000").unwrap();
@@ -499,12 +483,8 @@ async fn a_full_bucket_is_429_while_its_timer_master_fails() {
             ];
             assert_eq!(statuses, [200, 200, 429], "{signal}");
             let pid = cluster.pid_of(timer_master);
-            let sent = Command::new("kill")
-                .args([signal, &pid.to_string()])
-                .status()
-                .unwrap();
-            assert!(sent.success());
-            let _resume = Resume(pid);
+            assert!(support::signal(pid, signal));
+            let _resume = support::Resume(pid);
             for (router, path) in [(&open, "/open"), (&closed, "/closed")] {
                 let refused = get_from(router, path).await;
                 assert_eq!(

@@ -15,6 +15,26 @@ pub fn clock_at(h: u32, m: u32, s: u32) -> FakeClock {
     FakeClock::at(Utc.with_ymd_and_hms(2026, 1, 1, h, m, s).unwrap())
 }
 
+/// Sends `signal` (`INT`, `STOP`, `CONT`, `KILL`) to process `pid` with the
+/// shell's own `kill`: a minimal system may have no kill program. Whether
+/// it was sent.
+pub fn signal(pid: u32, signal: &str) -> bool {
+    std::process::Command::new("sh")
+        .args(["-c", &format!("kill -{signal} {pid}")])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
+/// Resumes a stopped process when dropped, so a failed test leaves none
+/// stopped.
+pub struct Resume(pub u32);
+
+impl Drop for Resume {
+    fn drop(&mut self) {
+        signal(self.0, "CONT");
+    }
+}
+
 /// A key prefix no other test uses.
 pub fn unique_prefix(name: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
