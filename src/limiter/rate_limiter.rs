@@ -447,30 +447,6 @@ impl CacheRateLimiter {
         self.store.increment_in_window_or_window_end(count).await
     }
 
-    /// [`increment_if_below`](Self::increment_if_below), whose outcome
-    /// carries the count left in the store, as the throttle's headers read
-    /// it after a limit that counts after the response: for a window of 0
-    /// seconds or less that keeps no counter, 0 (Laravel's `retriesLeft`
-    /// reads no count), where `increment_if_below` carries `amount`.
-    pub(crate) async fn increment_if_below_left_in_store(
-        &self,
-        key: &str,
-        decay_seconds: i64,
-        amount: i64,
-        ceiling: i64,
-    ) -> Result<IncrementOutcome, CacheError> {
-        if decay_seconds > 0 {
-            return self
-                .increment_if_below(key, decay_seconds, amount, ceiling)
-                .await;
-        }
-        let window = self.window(decay_seconds);
-        let counted = self
-            .count_in_no_window(&cleaned(key), window, amount, ceiling)
-            .await?;
-        Ok(counted.left_in_store())
-    }
-
     fn window(&self, decay_seconds: i64) -> Window {
         Window {
             ends_at: self.clock.unix_seconds().saturating_add(decay_seconds),

@@ -112,17 +112,14 @@ pub(super) async fn count_after(
     if accepted.is_empty() {
         return Ok(());
     }
+    // Counted as a request is before its response: the count left in the
+    // store, which a window of no time keeps none of.
     let outcomes = try_join_all(accepted.iter().map(|&i| {
         let limit = &limits[i];
-        limiter.increment_if_below_left_in_store(
-            &limit.key,
-            limit.decay_seconds,
-            1,
-            limit.max_attempts,
-        )
+        limiter.take_one_or_window_end(&limit.key, limit.decay_seconds, limit.max_attempts)
     }))
     .await?;
-    for (i, outcome) in accepted.into_iter().zip(outcomes) {
+    for (i, (outcome, _)) in accepted.into_iter().zip(outcomes) {
         counts[i] = outcome.count;
     }
     Ok(())
