@@ -83,10 +83,7 @@ impl Decision {
     /// assert_eq!(refused.reset_at, Some(1_061));
     /// ```
     pub fn refused_under_zero(window: Duration, now_unix_nanos: u64) -> Self {
-        let reopen = Duration::from_nanos(now_unix_nanos).saturating_add(window);
-        let reset = reopen
-            .as_secs()
-            .saturating_add(u64::from(reopen.subsec_nanos() > 0));
+        let reset = secs_rounded_up(Duration::from_nanos(now_unix_nanos).saturating_add(window));
         Self::refused(0, window).with_reset_at(i64::try_from(reset).unwrap_or(i64::MAX))
     }
 
@@ -110,10 +107,7 @@ impl Decision {
     /// assert_eq!(Decision::refused(0, Duration::MAX).retry_after_secs(), Some(u64::MAX));
     /// ```
     pub fn retry_after_secs(&self) -> Option<u64> {
-        self.retry_after.map(|d| {
-            let secs = d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0));
-            secs.max(1)
-        })
+        self.retry_after.map(|d| secs_rounded_up(d).max(1))
     }
 
     /// Writes the headers of this decision on `response`: the limit and the
@@ -176,6 +170,11 @@ impl Decision {
         self.apply_headers(&mut response);
         response
     }
+}
+
+/// `d` in whole seconds, rounded up.
+fn secs_rounded_up(d: Duration) -> u64 {
+    d.as_secs().saturating_add(u64::from(d.subsec_nanos() > 0))
 }
 
 /// The `X-RateLimit-Remaining` a response already carries, when it is a
