@@ -35,6 +35,28 @@ impl Drop for Resume {
     }
 }
 
+/// `limiter.attempt(key, max, ..)` in a window of no time (a decay of 0),
+/// whose callback adds one to `runs` and answers `"ran"`.
+pub async fn attempt_with_no_window(
+    limiter: &suprnova::limiter::CacheRateLimiter,
+    runs: &std::sync::atomic::AtomicUsize,
+    key: &str,
+    max: i64,
+) -> Option<&'static str> {
+    limiter
+        .attempt(
+            key,
+            max,
+            || async {
+                runs.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                "ran"
+            },
+            0,
+        )
+        .await
+        .unwrap()
+}
+
 /// A key prefix no other test uses.
 pub fn unique_prefix(name: &str) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
