@@ -54,6 +54,50 @@ fn limiter_on(url: &str, name: &str) -> RedisRateLimiter {
         .with_prefix(unique_prefix(name))
 }
 
+/// A cache store on `url` under `prefix`, with short timeouts.
+fn store_on(url: &str, prefix: &str) -> suprnova::cache::RedisStore {
+    suprnova::cache::RedisStore::new(RedisConnection::new(short(url)).unwrap())
+        .with_prefix(prefix.to_owned())
+}
+
+/// A container whose throttles count in a cache store on `url`.
+fn throttle_app_on(url: &str, prefix: &str) -> suprnova::container::App {
+    throttle_support::limiter_app(Arc::new(store_on(url, prefix)), suprnova::clock::system())
+}
+
+/// Two routers counting `limits`: `/open` fails open, `/closed` closed.
+fn open_and_closed(
+    limits: impl Fn() -> Vec<suprnova::Limit>,
+) -> (suprnova::Router, suprnova::Router) {
+    use suprnova::ThrottleRequestsMiddleware;
+    let open = ok_routes(&["/open"]).middleware(ThrottleRequestsMiddleware::with_limits(limits()));
+    let closed = ok_routes(&["/closed"]).middleware(
+        ThrottleRequestsMiddleware::with_limits(limits())
+            .on_backend_error(BackendErrorPolicy::FailClosed),
+    );
+    (open, closed)
+}
+
+/// A response's `Retry-After`, in seconds.
+fn retry_after(response: &HttpResponse) -> u64 {
+    response
+        .header_str("retry-after")
+        .expect("a Retry-After")
+        .parse()
+        .unwrap()
+}
+
+/// A three-master cluster whose nodes count a stopped master as healthy
+/// for a minute.
+fn patient_cluster() -> support::redis::RedisCluster {
+    let cluster = support::redis::RedisCluster::start(3);
+    for port in cluster.ports() {
+        let set = raw_command(port, "CONFIG SET cluster-node-timeout 60000").unwrap();
+        assert!(set.starts_with("+OK"), "{set}");
+    }
+    cluster
+}
+
 fn per_minute(n: u32) -> SlidingWindowConfig {
     SlidingWindowConfig::new(n, Duration::from_secs(60))
 }
@@ -191,12 +235,10 @@ async fn the_first_request_after_a_restart_is_decided() {
 /// more than it was asked to (which would admit more than the limit).
 #[tokio::test]
 async fn a_lost_reply_is_sent_again_for_a_decision_and_never_for_a_decrement() {
-    use suprnova::cache::RedisStore;
     use suprnova::limiter::CacheRateLimiter;
     let server = RedisServer::start();
     let relay = Relay::start(server.port()).await;
-    let store = RedisStore::new(RedisConnection::new(short(&relay.url())).unwrap())
-        .with_prefix(unique_prefix("lost"));
+    let store = store_on(&relay.url(), &unique_prefix("lost"));
     let limiter = CacheRateLimiter::new(Arc::new(store), suprnova::clock::system());
     for _ in 0..3 {
         limiter.hit("k", 60).await.unwrap();
@@ -400,11 +442,7 @@ async fn one_silent_node_among_answering_ones_is_connected_again() {
 // master used to be put in place at once, and every key waited on it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_master_does_not_stop_decisions_on_the_others() {
-    let cluster = support::redis::RedisCluster::start(3);
-    for port in cluster.ports() {
-        let set = raw_command(port, "CONFIG SET cluster-node-timeout 60000").unwrap();
-        assert!(set.starts_with("+OK"), "{set}");
-    }
+    let cluster = patient_cluster();
     let prefix = unique_prefix("hung-master");
     let limiter = RedisRateLimiter::new(RedisConnection::new(short(&cluster.url())).unwrap())
         .with_prefix(&prefix);
@@ -448,14 +486,9 @@ async fn a_hung_master_does_not_stop_decisions_on_the_others() {
 // admitted the client, or answered 503), with a whole window to wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_bucket_is_429_while_its_timer_master_fails() {
-    use suprnova::cache::RedisStore;
-    use suprnova::{Limit, ThrottleRequestsMiddleware};
+    use suprnova::Limit;
     for signal in ["STOP", "KILL"] {
-        let cluster = support::redis::RedisCluster::start(3);
-        for port in cluster.ports() {
-            let set = raw_command(port, "CONFIG SET cluster-node-timeout 60000").unwrap();
-            assert!(set.starts_with("+OK"), "{set}");
-        }
+        let cluster = patient_cluster();
         let prefix = unique_prefix("timer-master");
         let (key, timer_master) = (0..200)
             .map(|i| format!("k{i}"))
@@ -465,46 +498,34 @@ async fn a_full_bucket_is_429_while_its_timer_master_fails() {
                 (counter != timer).then_some((key, timer))
             })
             .expect("a key whose timer lives on another master");
-        let store = RedisStore::new(RedisConnection::new(short(&cluster.url())).unwrap())
-            .with_prefix(prefix.clone());
-        let app = throttle_support::limiter_app(Arc::new(store), suprnova::clock::system());
-        app.scope(async {
-            let limits = || vec![Limit::per_minute(2).by(key.clone())];
-            let open =
-                ok_routes(&["/open"]).middleware(ThrottleRequestsMiddleware::with_limits(limits()));
-            let closed = ok_routes(&["/closed"]).middleware(
-                ThrottleRequestsMiddleware::with_limits(limits())
-                    .on_backend_error(BackendErrorPolicy::FailClosed),
-            );
-            let statuses = [
-                get_from(&open, "/open").await.status_code(),
-                get_from(&open, "/open").await.status_code(),
-                get_from(&open, "/open").await.status_code(),
-            ];
-            assert_eq!(statuses, [200, 200, 429], "{signal}");
-            let pid = cluster.pid_of(timer_master);
-            assert!(support::signal(pid, signal));
-            let _resume = support::Resume(pid);
-            for (router, path) in [(&open, "/open"), (&closed, "/closed")] {
-                let refused = get_from(router, path).await;
-                assert_eq!(
-                    refused.status_code(),
-                    429,
-                    "{signal} {path}: {}",
-                    refused.body_text()
-                );
-                assert_eq!(refused.header_str("x-ratelimit-remaining"), Some("0"));
-                // A whole window from the count's start, in whole seconds
-                // of a clock that may have passed a second since.
-                let wait: u64 = refused
-                    .header_str("retry-after")
-                    .expect("a Retry-After")
-                    .parse()
-                    .unwrap();
-                assert!((59..=60).contains(&wait), "{signal} {path}: {wait}");
-            }
-        })
-        .await;
+        throttle_app_on(&cluster.url(), &prefix)
+            .scope(async {
+                let (open, closed) = open_and_closed(|| vec![Limit::per_minute(2).by(key.clone())]);
+                let statuses = [
+                    get_from(&open, "/open").await.status_code(),
+                    get_from(&open, "/open").await.status_code(),
+                    get_from(&open, "/open").await.status_code(),
+                ];
+                assert_eq!(statuses, [200, 200, 429], "{signal}");
+                let pid = cluster.pid_of(timer_master);
+                assert!(support::signal(pid, signal));
+                let _resume = support::Resume(pid);
+                for (router, path) in [(&open, "/open"), (&closed, "/closed")] {
+                    let refused = get_from(router, path).await;
+                    assert_eq!(
+                        refused.status_code(),
+                        429,
+                        "{signal} {path}: {}",
+                        refused.body_text()
+                    );
+                    assert_eq!(refused.header_str("x-ratelimit-remaining"), Some("0"));
+                    // A whole window from the count's start, in whole seconds
+                    // of a clock that may have passed a second since.
+                    let wait = retry_after(&refused);
+                    assert!((59..=60).contains(&wait), "{signal} {path}: {wait}");
+                }
+            })
+            .await;
     }
 }
 
@@ -528,53 +549,38 @@ async fn get_from(router: &suprnova::Router, path: &str) -> HttpResponse {
 
 #[tokio::test]
 async fn a_throttle_over_one_limit_refuses_when_another_limits_count_cannot_be_read() {
-    use suprnova::cache::RedisStore;
-    use suprnova::{Limit, ThrottleRequestsMiddleware};
+    use suprnova::Limit;
     let server = RedisServer::start();
     let prefix = unique_prefix("wrongtype");
-    let store = RedisStore::new(RedisConnection::new(short(&server.url())).unwrap())
-        .with_prefix(prefix.clone());
-    let app = throttle_support::limiter_app(Arc::new(store), suprnova::clock::system());
-    app.scope(async {
-        let limits = || vec![Limit::per_minute(1).by("a"), Limit::per_minute(100).by("b")];
-        let open =
-            ok_routes(&["/open"]).middleware(ThrottleRequestsMiddleware::with_limits(limits()));
-        let closed = ok_routes(&["/closed"]).middleware(
-            ThrottleRequestsMiddleware::with_limits(limits())
-                .on_backend_error(BackendErrorPolicy::FailClosed),
-        );
-        assert_eq!(get_from(&open, "/open").await.status_code(), 200);
-        break_key(&server, &format!("{prefix}b"));
-        for (router, path) in [(&open, "/open"), (&closed, "/closed")] {
-            let refused = get_from(router, path).await;
-            assert_eq!(
-                refused.status_code(),
-                429,
-                "{path}: {}",
-                refused.body_text()
-            );
-            assert_eq!(refused.header_str("x-ratelimit-limit"), Some("1"), "{path}");
-            // The full bucket's own wait: its minute, less the moment since
-            // its hit (whole seconds, as Laravel counts them).
-            let wait: u64 = refused
-                .header_str("retry-after")
-                .expect("a Retry-After")
-                .parse()
-                .unwrap();
-            assert!((59..=60).contains(&wait), "{path}: Retry-After {wait}");
-        }
-        // With no limit full, the failure goes to the policy.
-        let only_b = || vec![Limit::per_minute(5).by("c"), Limit::per_minute(100).by("b")];
-        let open =
-            ok_routes(&["/open"]).middleware(ThrottleRequestsMiddleware::with_limits(only_b()));
-        let closed = ok_routes(&["/closed"]).middleware(
-            ThrottleRequestsMiddleware::with_limits(only_b())
-                .on_backend_error(BackendErrorPolicy::FailClosed),
-        );
-        assert_eq!(get_from(&open, "/open").await.status_code(), 200);
-        assert_eq!(get_from(&closed, "/closed").await.status_code(), 503);
-    })
-    .await;
+    throttle_app_on(&server.url(), &prefix)
+        .scope(async {
+            let (open, closed) = open_and_closed(|| {
+                vec![Limit::per_minute(1).by("a"), Limit::per_minute(100).by("b")]
+            });
+            assert_eq!(get_from(&open, "/open").await.status_code(), 200);
+            break_key(&server, &format!("{prefix}b"));
+            for (router, path) in [(&open, "/open"), (&closed, "/closed")] {
+                let refused = get_from(router, path).await;
+                assert_eq!(
+                    refused.status_code(),
+                    429,
+                    "{path}: {}",
+                    refused.body_text()
+                );
+                assert_eq!(refused.header_str("x-ratelimit-limit"), Some("1"), "{path}");
+                // The full bucket's own wait: its minute, less the moment since
+                // its hit (whole seconds, as Laravel counts them).
+                let wait = retry_after(&refused);
+                assert!((59..=60).contains(&wait), "{path}: Retry-After {wait}");
+            }
+            // With no limit full, the failure goes to the policy.
+            let (open, closed) = open_and_closed(|| {
+                vec![Limit::per_minute(5).by("c"), Limit::per_minute(100).by("b")]
+            });
+            assert_eq!(get_from(&open, "/open").await.status_code(), 200);
+            assert_eq!(get_from(&closed, "/closed").await.status_code(), 503);
+        })
+        .await;
 }
 
 #[tokio::test]
