@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use store_conformance::store_conformance_tests;
-use support::redis::{RedisCluster, RedisServer};
+use support::redis::{RedisCluster, RedisServer, connect};
 use support::unique_prefix;
 use suprnova::RateLimiter;
 use suprnova::cache::{CacheConfig, CacheError, IncrementOutcome, RedisStore, Store};
@@ -22,10 +22,6 @@ use suprnova::config::Env;
 use suprnova::container::App;
 use suprnova::limiter::CacheRateLimiter;
 use suprnova::redis_client::{RedisConfig, RedisConnection};
-
-fn connect(url: &str) -> RedisConnection {
-    RedisConnection::new(RedisConfig::from_url(url).unwrap()).unwrap()
-}
 
 async fn redis_store() -> (RedisServer, Arc<dyn Store>) {
     let server = RedisServer::start();

@@ -11,7 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use support::redis::RedisServer;
+use support::redis::{RedisServer, connect};
 use suprnova::decision::Decision;
 use suprnova::rate_limit::redis::RedisRateLimiter;
 use suprnova::rate_limit::{RateLimitError, RateLimiterDriver, SlidingWindowConfig};
@@ -29,10 +29,6 @@ conformance::driver_tests!(redis);
 /// uses.
 fn limiter_on(url: &str, name: &str) -> RedisRateLimiter {
     RedisRateLimiter::new(connect(url)).with_prefix(support::unique_prefix(name))
-}
-
-fn connect(url: &str) -> RedisConnection {
-    RedisConnection::new(RedisConfig::from_url(url).unwrap()).unwrap()
 }
 
 /// A limiter whose calls give up after 300 ms to connect plus 300 ms to

@@ -9,7 +9,6 @@ mod throttle_support;
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,32 +17,14 @@ use http_body_util::Full;
 use support::http::{Reply, TestServer};
 use support::redis::{RedisCluster, RedisServer};
 use support::unique_prefix;
-use suprnova::cache::{Cache, RedisStore};
-use suprnova::clock::{self, FakeClock, SharedClock};
-use suprnova::container::App;
+use suprnova::cache::Cache;
+use suprnova::clock::{self, FakeClock};
 use suprnova::rate_limit::BackendErrorPolicy;
-use suprnova::redis_client::{RedisConfig, RedisConnection};
 use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
-use throttle_support::{limiter_app, ok_routes, with_status};
+use throttle_support::{app_on_redis, app_on_redis_at, ok_routes, with_status};
 
 const PEER: &str = "203.0.113.5:40000";
-
-/// A container whose rate limiter counts in Redis at `url`, under the
-/// store prefix `prefix`, on the system clock; the `throttle` alias
-/// registered.
-fn app_on_redis(url: &str, prefix: &str) -> App {
-    app_on_redis_at(url, prefix, clock::system())
-}
-
-/// [`app_on_redis`] whose windows read `clock`.
-fn app_on_redis_at(url: &str, prefix: &str, clock: SharedClock) -> App {
-    let mut config = RedisConfig::from_url(url).unwrap();
-    config.connect_timeout = Duration::from_millis(300);
-    config.response_timeout = Duration::from_millis(300);
-    let conn = RedisConnection::new(config).unwrap();
-    limiter_app(Arc::new(RedisStore::new(conn).with_prefix(prefix)), clock)
-}
 
 fn ok_route(path: &str) -> Router {
     ok_routes(&[path])

@@ -395,3 +395,11 @@ impl Drop for RedisCluster {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A connection to the Redis at `url` (one node or a cluster), with the
+/// default timeouts.
+#[cfg(feature = "redis")]
+pub fn connect(url: &str) -> suprnova::redis_client::RedisConnection {
+    use suprnova::redis_client::{RedisConfig, RedisConnection};
+    RedisConnection::new(RedisConfig::from_url(url).unwrap()).unwrap()
+}

@@ -22,6 +22,29 @@ pub fn limiter_app(store: Arc<dyn Store>, clock: SharedClock) -> App {
     app
 }
 
+/// A container whose rate limiter counts in Redis at `url` (one node or a
+/// cluster), under the store prefix `prefix`, on the system clock; the
+/// `throttle` alias registered.
+#[cfg(feature = "redis")]
+pub fn app_on_redis(url: &str, prefix: &str) -> App {
+    app_on_redis_at(url, prefix, suprnova::clock::system())
+}
+
+/// [`app_on_redis`] whose windows read `clock`; its calls give up after
+/// 300 ms to connect plus 300 ms to answer.
+#[cfg(feature = "redis")]
+pub fn app_on_redis_at(url: &str, prefix: &str, clock: SharedClock) -> App {
+    use std::time::Duration;
+    use suprnova::cache::RedisStore;
+    use suprnova::redis_client::{RedisConfig, RedisConnection};
+
+    let mut config = RedisConfig::from_url(url).unwrap();
+    config.connect_timeout = Duration::from_millis(300);
+    config.response_timeout = Duration::from_millis(300);
+    let conn = RedisConnection::new(config).unwrap();
+    limiter_app(Arc::new(RedisStore::new(conn).with_prefix(prefix)), clock)
+}
+
 /// [`limiter_app`] over a memory store on the frozen `clock`.
 pub fn memory_app(clock: &FakeClock) -> App {
     limiter_app(
