@@ -187,6 +187,20 @@ pub(crate) fn parse_forwarded_ip(entry: &[u8]) -> Option<IpAddr> {
     Some(canonical_ip(ip))
 }
 
+/// An address, or a range `<address>/<prefix>`. The address is read by the
+/// standard library's parser in both, which refuses an IPv4 part with a
+/// leading zero (`010.0.0.5`): some tools read it as octal (8.0.0.5), and
+/// the range parser would read it as decimal.
+fn parse_net(entry: &str) -> Option<IpNet> {
+    match entry.split_once('/') {
+        None => entry.parse::<IpAddr>().ok().map(IpNet::from),
+        Some((address, _prefix)) => {
+            address.parse::<IpAddr>().ok()?;
+            entry.parse::<IpNet>().ok()
+        }
+    }
+}
+
 impl FromStr for TrustedProxies {
     type Err = TrustedProxiesError;
 
@@ -199,12 +213,9 @@ impl FromStr for TrustedProxies {
             if entry.is_empty() {
                 continue;
             }
-            let net = entry
-                .parse::<IpNet>()
-                .or_else(|_| entry.parse::<IpAddr>().map(IpNet::from))
-                .map_err(|_| TrustedProxiesError::NotAnAddress {
-                    entry: entry.to_owned(),
-                })?;
+            let net = parse_net(entry).ok_or_else(|| TrustedProxiesError::NotAnAddress {
+                entry: entry.to_owned(),
+            })?;
             if let IpNet::V6(v6) = net
                 && v6.prefix_len() < 96
                 && v6.addr().to_ipv4_mapped().is_some()
@@ -321,6 +332,23 @@ mod tests {
         let proxies: TrustedProxies = " 10.0.0.5 ,, 2001:db8::/32 ,".parse().unwrap();
         assert_eq!(proxies.to_string(), "10.0.0.5,2001:db8::/32");
         assert!("".parse::<TrustedProxies>().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_leading_zero_is_refused_in_an_address_and_in_a_range_alike() {
+        // `0177.0.0.1` is 127.0.0.1 to a reader of octal and 177.0.0.1 to
+        // one of decimal: refused whichever way it is written.
+        for entry in ["010.0.0.5", "010.0.0.5/32", "0177.0.0.1/32", "10.0.0.05/8"] {
+            assert_eq!(
+                entry.parse::<TrustedProxies>().unwrap_err(),
+                TrustedProxiesError::NotAnAddress {
+                    entry: entry.to_owned()
+                },
+                "{entry}"
+            );
+        }
+        let kept: TrustedProxies = "10.0.0.5/32, 0.0.0.1/32, 2001:db8::/32".parse().unwrap();
+        assert_eq!(kept.to_string(), "10.0.0.5,0.0.0.1,2001:db8::/32");
     }
 
     #[test]
