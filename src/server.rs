@@ -68,8 +68,16 @@ pub enum ServerError {
 /// this long is closed too (GOAWAY, then the end of the connection), between
 /// one and two of these periods after its last answer; a peer that does
 /// not answer the GOAWAY, like one still open when the server shuts down
-/// with nothing in flight, is dropped within a period more.
+/// with nothing in flight, is dropped within a period more. A connection
+/// counts as busy while its answers go out, so a large answer read slowly
+/// is not cut; a client that makes no room for any of its answer for two
+/// periods (it stopped reading) is dropped.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The longest [`Server::header_read_timeout`] kept; a longer one waits for
+/// ever. About a hundred years: a deadline computed as now plus the period
+/// must fit in an `Instant`, and `Duration::MAX` does not.
+pub const MAX_HEADER_READ_TIMEOUT: Duration = Duration::from_secs(100 * 365 * 24 * 60 * 60);
 
 /// A bound listener, ready to serve.
 #[derive(Debug)]
@@ -161,7 +169,9 @@ pub async fn serve(addr: impl ToSocketAddrs, router: Router) -> Result<(), Serve
 impl Server {
     /// How long a client may take to send a request's headers, as
     /// [`HEADER_READ_TIMEOUT`] says ([`HEADER_READ_TIMEOUT`] unless set);
-    /// `None` waits for ever.
+    /// `None` waits for ever, and so does a period longer than
+    /// [`MAX_HEADER_READ_TIMEOUT`] (a deadline that far ahead would not fit
+    /// in the clock's instants).
     ///
     /// ```
     /// use std::time::Duration;
@@ -175,7 +185,7 @@ impl Server {
     /// # }
     /// ```
     pub fn header_read_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.header_read_timeout = timeout;
+        self.header_read_timeout = timeout.filter(|period| *period <= MAX_HEADER_READ_TIMEOUT);
         self
     }
 
@@ -240,6 +250,7 @@ impl Server {
                     // connection's handle.
                     let router = Arc::new(ConnectionRouter(router.clone()));
                     let activity = Activity::default();
+                    let io = TokioIo::new(activity.watch(stream));
                     let idle = self
                         .header_read_timeout
                         .map(|period| IdleWatch::new(activity.clone(), period));
@@ -263,7 +274,7 @@ impl Server {
                         })
                     });
                     let connection = builder
-                        .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                        .serve_connection_with_upgrades(io, service)
                         .into_owned();
                     // HTTP/1 runs each request inside the connection's
                     // task, so one scope a connection makes `app` current

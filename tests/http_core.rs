@@ -701,8 +701,131 @@ async fn a_shutdown_drops_a_silent_http2_peer_within_a_period() {
     );
 }
 
+/// An answer that takes many header read timeouts to reach a client that
+/// reads it slowly arrives whole, over HTTP/1 and HTTP/2: the connection is
+/// busy while its answer goes out, not only while it is being made.
+#[tokio::test]
+async fn a_large_answer_read_slowly_arrives_whole_over_http1_and_http2() {
+    use http_body_util::BodyExt;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use std::time::{Duration, Instant};
+
+    let period = Duration::from_millis(300);
+    let server = HiServer::start(period).await;
+    let addr = server.addr;
+
+    // HTTP/1: 64 KiB at most a read, every 15 ms.
+    let mut stream = slow_reader(addr).await;
+    let started = Instant::now();
+    let mut read = 0;
+    let mut chunk = vec![0; 64 * 1024];
+    loop {
+        match tokio::io::AsyncReadExt::read(&mut stream, &mut chunk).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => read += n,
+        }
+        tokio::time::sleep(Duration::from_millis(15)).await;
+    }
+    let took = started.elapsed();
+    assert!(
+        took > 3 * period,
+        "read in {took:?}: not slow enough to test"
+    );
+    assert!(
+        read > BIG,
+        "{read} bytes of {BIG} and its head, in {took:?}"
+    );
+
+    // HTTP/2: one frame every 4 ms.
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::get(format!("http://{addr}/big"))
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    let mut body = sender.send_request(request).await.unwrap().into_body();
+    let started = Instant::now();
+    let mut read = 0;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.unwrap_or_else(|e| panic!("cut after {read} bytes: {e}"));
+        read += frame.into_data().map_or(0, |data| data.len());
+        tokio::time::sleep(Duration::from_millis(4)).await;
+    }
+    assert!(started.elapsed() > 3 * period, "{:?}", started.elapsed());
+    assert_eq!(read, BIG);
+    server.stop().await;
+}
+
+/// A client that stops reading its answer is dropped once the answer has
+/// not moved for a period, and the period after (the connection is first
+/// asked to close, then dropped): it does not hold the connection for ever.
+#[tokio::test]
+async fn a_client_that_stops_reading_its_answer_is_dropped() {
+    use std::time::Duration;
+
+    let server = HiServer::start(Duration::from_millis(300)).await;
+    let mut stream = slow_reader(server.addr).await;
+    // Reads nothing for ten periods, then all there is.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let mut rest = Vec::new();
+    let ended = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::io::AsyncReadExt::read_to_end(&mut stream, &mut rest),
+    )
+    .await;
+    assert!(ended.is_ok(), "the connection was still open");
+    assert!(
+        rest.len() < BIG,
+        "{} bytes: the whole answer waited for the client",
+        rest.len()
+    );
+    server.stop().await;
+}
+
+/// A header read timeout too long for the clock's instants waits for ever,
+/// as `None` does, and the server answers: it does not fail every HTTP/1
+/// connection computing a deadline past the end of time.
+#[tokio::test]
+async fn a_header_read_timeout_past_the_clocks_end_waits_for_ever() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server = HiServer::start(std::time::Duration::MAX).await;
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).await.unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply:?}");
+    assert!(reply.ends_with("\r\n\r\nhi"), "{reply:?}");
+    server.stop().await;
+}
+
+/// The size of `GET /big`'s body.
+const BIG: usize = 8 << 20;
+
+/// A connection to `addr` with a small receive buffer, that has asked for
+/// `GET /big` over HTTP/1.1 and is to be closed after the answer.
+async fn slow_reader(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(64 * 1024).unwrap();
+    let mut stream = socket.connect(addr).await.unwrap();
+    tokio::io::AsyncWriteExt::write_all(
+        &mut stream,
+        b"GET /big HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    stream
+}
+
 /// The server on a free port with the header read timeout `period`,
-/// answering `GET /` with "hi", stopped with [`HiServer::stop`].
+/// answering `GET /` with "hi" and `GET /big` with [`BIG`] bytes, stopped
+/// with [`HiServer::stop`].
 struct HiServer {
     addr: std::net::SocketAddr,
     stop: tokio::sync::oneshot::Sender<()>,
@@ -716,7 +839,11 @@ impl HiServer {
             .unwrap()
             .header_read_timeout(Some(period));
         let addr = server.local_addr().unwrap();
-        let router = Router::new().get("/", |_req: Request| async { HttpResponse::text("hi") });
+        let router = Router::new()
+            .get("/", |_req: Request| async { HttpResponse::text("hi") })
+            .get("/big", |_req: Request| async {
+                HttpResponse::bytes(vec![b'x'; BIG])
+            });
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let serving = tokio::spawn(server.serve_with_shutdown(router, async {
             let _ = stopped.await;

@@ -14,9 +14,10 @@ use super::idle::{IdleWatch, Quiet};
 /// shut down gracefully (HTTP/2 sends GOAWAY; requests in flight finish)
 /// and driven on until it ends, or until `idle` finds it without a request
 /// in flight for a period more, when it is dropped. A connection that sent
-/// no request at all within the period is dropped at once. The receiver is held until the
-/// connection ends, which is how the server tells that every connection
-/// has.
+/// no request at all within the period, or whose client made no room for
+/// any of an answer for two periods, is dropped at once. The receiver is
+/// held until the connection ends, which is how the server tells that
+/// every connection has.
 pub(super) async fn run<C>(
     connection: C,
     mut idle: Option<IdleWatch>,
@@ -55,6 +56,10 @@ pub(super) async fn run<C>(
             quiet = quiet => match quiet {
                 Quiet::NoRequest => {
                     tracing::debug!(%peer, "no request within the header read timeout; closing");
+                    return;
+                }
+                Quiet::Stalled => {
+                    tracing::debug!(%peer, "the client read none of its answer for two header read timeouts; dropping");
                     return;
                 }
                 Quiet::Idle if closing => {

@@ -2,15 +2,25 @@
 //!
 //! Each request a connection serves is counted when it arrives and when its
 //! answer is made ([`Activity::begin`], whose [`Busy`] guard counts the
-//! end: two relaxed additions to the connection's own counters). The
-//! connection's task looks at the counts once a period ([`IdleWatch::wait`])
-//! rather than being woken by every request.
+//! end), and each write of the connection's socket is counted too, with
+//! whether the last one had to wait for the client ([`Watched`]): an answer
+//! made is not an answer sent, and a large one read slowly by its client
+//! is still going out periods after it was made. Each count is a relaxed
+//! store to the connection's own counters. The connection's task looks at
+//! the counts once a period ([`IdleWatch::wait`]) rather than being woken
+//! by every request.
 
+use std::io::{self, IoSlice};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
-/// The requests one connection has begun and ended.
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+/// The requests one connection has begun and ended, and the writes that
+/// carried its answers out.
 #[derive(Clone, Default)]
 pub(super) struct Activity(Arc<Counts>);
 
@@ -18,6 +28,9 @@ pub(super) struct Activity(Arc<Counts>);
 struct Counts {
     begun: AtomicU64,
     ended: AtomicU64,
+    writes: AtomicU64,
+    /// Whether the last write waited for room the client has not made.
+    blocked: AtomicBool,
 }
 
 /// Counts the end of one request when dropped: when its answer is made, or
@@ -31,11 +44,36 @@ impl Activity {
         Busy(self.clone())
     }
 
-    fn snapshot(&self) -> (u64, u64) {
+    /// `io`, whose writes count as this connection's activity.
+    pub(super) fn watch<S>(&self, io: S) -> Watched<S> {
+        Watched {
+            io,
+            activity: self.clone(),
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
         // The end first: a request counted as ended is also counted as
         // begun, so the pair never shows more ended than begun.
         let ended = self.0.ended.load(Relaxed);
-        (self.0.begun.load(Relaxed), ended)
+        Snapshot {
+            begun: self.0.begun.load(Relaxed),
+            ended,
+            writes: self.0.writes.load(Relaxed),
+            blocked: self.0.blocked.load(Relaxed),
+        }
+    }
+
+    fn wrote(&self, written: &Poll<io::Result<usize>>) {
+        match written {
+            Poll::Pending => self.0.blocked.store(true, Relaxed),
+            Poll::Ready(result) => {
+                if matches!(result, Ok(n) if *n > 0) {
+                    self.0.writes.fetch_add(1, Relaxed);
+                }
+                self.0.blocked.store(false, Relaxed);
+            }
+        }
     }
 }
 
@@ -45,20 +83,98 @@ impl Drop for Busy {
     }
 }
 
+/// What a connection had done when its watch last looked.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct Snapshot {
+    begun: u64,
+    ended: u64,
+    writes: u64,
+    blocked: bool,
+}
+
+impl Snapshot {
+    /// Whether nothing arrived, ended or went out since `before`.
+    fn still(&self, before: &Snapshot) -> bool {
+        (self.begun, self.ended, self.writes) == (before.begun, before.ended, before.writes)
+    }
+}
+
+/// A connection's socket, whose every write that moved bytes is counted in
+/// its [`Activity`].
+pub(super) struct Watched<S> {
+    io: S,
+    activity: Activity,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Watched<S> {
+    fn counted(&self, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
+        self.activity.wrote(&written);
+        written
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.io).poll_write(cx, buf);
+        self.counted(written)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let written = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
+        self.counted(written)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
 /// Why a connection's wait ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Quiet {
     /// No request arrived within the period after the connection opened.
     NoRequest,
-    /// No request was in flight, and none arrived, for a whole period.
+    /// No request was in flight, none arrived, and nothing was written, for
+    /// a whole period.
     Idle,
+    /// An answer waited to be written, the client making no room for any of
+    /// it, for two whole periods: a client that stopped reading.
+    Stalled,
 }
 
 /// Watches one connection's [`Activity`], a period at a time.
 pub(super) struct IdleWatch {
     activity: Activity,
     period: Duration,
-    last: (u64, u64),
+    last: Snapshot,
+    /// Periods in a row that a write waited without a byte going out.
+    stalled: u32,
 }
 
 impl IdleWatch {
@@ -66,22 +182,35 @@ impl IdleWatch {
         Self {
             activity,
             period,
-            last: (0, 0),
+            last: Snapshot::default(),
+            stalled: 0,
         }
     }
 
     /// Resolves once the connection has sent no request for `period` after
-    /// it opened, or has been without a request in flight and without a
-    /// new one for a whole period: between one and two periods after its
-    /// last answer.
+    /// it opened; or has been without a request in flight, without a new
+    /// one and without writing a byte for a whole period (between one and
+    /// two periods after its last answer went out); or has had an answer
+    /// waiting for its client to make room, and none made, for two whole
+    /// periods. A client that reads a large answer slowly makes room, a
+    /// little at a time, and keeps its connection.
     pub(super) async fn wait(&mut self) -> Quiet {
         loop {
             tokio::time::sleep(self.period).await;
             let now = self.activity.snapshot();
-            if now.0 == 0 {
+            if now.begun == 0 {
                 return Quiet::NoRequest;
             }
-            if now == self.last && now.0 == now.1 {
+            let still = now.still(&self.last);
+            self.stalled = if still && now.blocked {
+                self.stalled + 1
+            } else {
+                0
+            };
+            if self.stalled >= 2 {
+                return Quiet::Stalled;
+            }
+            if still && !now.blocked && now.begun == now.ended {
                 return Quiet::Idle;
             }
             self.last = now;
@@ -99,6 +228,43 @@ mod tests {
         let mut watch = IdleWatch::new(Activity::default(), Duration::from_secs(30));
         assert_eq!(watch.wait().await, Quiet::NoRequest);
         assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answer_going_out_keeps_the_connection_and_one_stuck_drops_it() {
+        let activity = Activity::default();
+        let started = tokio::time::Instant::now();
+        let mut watch = IdleWatch::new(activity.clone(), Duration::from_secs(30));
+        drop(activity.begin());
+        // Answered at once, then written a little every 20 s for 100 s,
+        // the writes between waiting for the client.
+        let writer = activity.clone();
+        let writing = tokio::spawn(async move {
+            for _ in 0..5 {
+                writer.wrote(&Poll::Pending);
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                writer.wrote(&Poll::Ready(Ok(1)));
+            }
+            // Then stuck: the client makes no more room.
+            writer.wrote(&Poll::Pending);
+        });
+        assert_eq!(watch.wait().await, Quiet::Stalled);
+        writing.await.unwrap();
+        // Last written at 100 s; seen moving at 120 s; still at 150 and
+        // 180 s.
+        assert_eq!(started.elapsed(), Duration::from_secs(180));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_write_that_went_out_whole_leaves_the_connection_idle() {
+        let activity = Activity::default();
+        let started = tokio::time::Instant::now();
+        let mut watch = IdleWatch::new(activity.clone(), Duration::from_secs(30));
+        drop(activity.begin());
+        activity.wrote(&Poll::Pending);
+        activity.wrote(&Poll::Ready(Ok(10)));
+        assert_eq!(watch.wait().await, Quiet::Idle);
+        assert_eq!(started.elapsed(), Duration::from_secs(60));
     }
 
     #[tokio::test(start_paused = true)]
