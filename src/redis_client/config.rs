@@ -23,6 +23,8 @@ use crate::config::{ConfigError, Env};
 /// | `redis://a:7000,redis://b:7001,redis://c:7002` | a Redis Cluster, given by its nodes |
 /// | `redis+cluster://a:7000` (or `rediss+cluster://`) | a Redis Cluster, given by one or more seed nodes |
 ///
+/// The database is a number from 0 up: a negative one (`/-1`) is refused.
+///
 /// TLS (`rediss://`) checks the server's certificate against the public web
 /// roots (Mozilla's, built in); `#insecure`, which would skip the check, is
 /// refused.
@@ -155,6 +157,15 @@ impl RedisConfig {
                 && host.is_empty()
             {
                 return Err(refuse(node, "it names no host"));
+            }
+            // redis-rs reads the database as a signed number: a negative one
+            // parses, and Redis then refuses every connection's SELECT.
+            if info.redis_settings().db() < 0 {
+                return Err(refuse(
+                    node,
+                    "the database is a number from 0 up (/N after the host, or ?db=N after a \
+                     socket's path)",
+                ));
             }
             infos.push(info);
         }
@@ -447,6 +458,24 @@ mod tests {
             in_a_list.reason,
             "a Unix socket is one node on this host; a Redis Cluster is given by redis:// URLs"
         );
+    }
+
+    #[test]
+    fn a_negative_database_is_refused() {
+        for url in [
+            "redis://127.0.0.1:6379/-1",
+            "rediss://h:6380/-2",
+            "unix:///run/redis.sock?db=-1",
+        ] {
+            let e = RedisConfig::from_url(url).unwrap_err();
+            assert_eq!(e.url, url);
+            assert_eq!(
+                e.reason,
+                "the database is a number from 0 up (/N after the host, or ?db=N after a socket's path)",
+                "{url}"
+            );
+        }
+        assert!(RedisConfig::from_url("redis://127.0.0.1:6379/0").is_ok());
     }
 
     #[test]
