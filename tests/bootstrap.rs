@@ -285,6 +285,28 @@ fn a_cluster_url_naming_a_database_is_refused_at_boot() {
     }
 }
 
+#[tokio::test]
+async fn a_cache_url_whose_nodes_differ_in_protocol_is_refused_naming_redis_url() {
+    // redis-rs asks every node of a cluster with the first one's protocol,
+    // and refuses to build a client whose nodes differ in it: the plan
+    // refuses the URL first, naming the cache's variable (the driver's,
+    // RATE_LIMIT_REDIS_URL, is not even set).
+    let url = "redis://127.0.0.1:7000/?protocol=resp3,redis://127.0.0.1:7001";
+    let (app, refused) = boot(&[
+        ("APP_ENV", "local"),
+        ("CACHE_STORE", "redis"),
+        ("REDIS_URL", url),
+    ])
+    .await;
+    assert_eq!(
+        refused.unwrap_err(),
+        format!(
+            "REDIS_URL={url:?} is invalid: every node of a Redis Cluster is asked in the same protocol: give the same ?protocol= on every URL, or on none"
+        )
+    );
+    assert!(app.get::<dyn suprnova::cache::Store>().is_none());
+}
+
 #[test]
 fn a_refused_redis_url_never_shows_its_password() {
     let err = refusal(&[

@@ -10,14 +10,15 @@ pub enum BootError {
     /// value and the fix.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// The Redis client could not be built from a URL that parsed (a TLS
-    /// setup failure, for example). A Redis that does not answer yet is not
-    /// this error: boot goes on and the connection retries.
+    /// The driver's Redis client could not be built from a
+    /// `RATE_LIMIT_REDIS_URL` that parsed (a TLS setup failure, for
+    /// example). A Redis that does not answer yet is not this error: boot
+    /// goes on and the connection retries.
     #[cfg(feature = "redis")]
     #[error("could not set up the Redis client for RATE_LIMIT_REDIS_URL: {0}")]
     Redis(#[from] crate::redis_client::RedisBackendError),
-    /// The cache store could not be built (its Redis client could not be set
-    /// up from a URL that parsed).
-    #[error("could not set up the cache store: {0}")]
+    /// The cache store could not be built: its Redis client could not be set
+    /// up from a `REDIS_URL` (or `REDIS_HOST` and `REDIS_PORT`) that parsed.
+    #[error("could not set up the cache store (REDIS_URL, or REDIS_HOST and REDIS_PORT): {0}")]
     Cache(#[from] crate::cache::CacheError),
 }

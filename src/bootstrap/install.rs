@@ -29,7 +29,10 @@ impl BootPlan {
         if let Some(config) = &self.cache.redis {
             // On database 0: a cluster node refuses to select the cache's
             // (REDIS_CACHE_DB, 1 unless set), and would answer nothing.
-            let probe = crate::redis_client::RedisConnection::new(config.on_database_zero())?;
+            // A failure is the cache's, named by its variables, not the
+            // driver's (which `?` would make it).
+            let probe = crate::redis_client::RedisConnection::new(config.on_database_zero())
+                .map_err(|e| BootError::Cache(e.into()))?;
             let subject = format!(
                 "the cache store's Redis, {} (REDIS_URL, or REDIS_HOST and REDIS_PORT),",
                 config.redacted()

@@ -30,8 +30,9 @@ use crate::config::{ConfigError, Env};
 /// refused.
 ///
 /// A Redis Cluster has only database 0, and its nodes are all asked with one
-/// username and password and all reached over TLS or all not: a cluster URL
-/// that names another database, or whose nodes differ in these, is refused.
+/// username and password, in one protocol (`?protocol=`), and all reached
+/// over TLS or all not: a cluster URL that names another database, or whose
+/// nodes differ in these, is refused.
 /// Credentials given once, on the first seed of `redis+cluster://`, are
 /// every node's.
 ///
@@ -289,8 +290,9 @@ impl RedisUrlError {
 /// The first node of a Redis Cluster that it cannot be run with, and why:
 /// a cluster has only database 0 (a node asked to `SELECT` another refuses
 /// every connection, which would leave every limit to the backend-error
-/// policy), and redis-rs asks every node with the first one's credentials
-/// and TLS.
+/// policy), and redis-rs asks every node with the first one's credentials,
+/// TLS and protocol (and refuses to build a client whose nodes differ in
+/// them).
 fn cluster_mismatch<'a>(
     nodes: &'a [String],
     infos: &[::redis::ConnectionInfo],
@@ -307,6 +309,8 @@ fn cluster_mismatch<'a>(
             "every node of a Redis Cluster is asked with the same username and password; give them on every URL, or once on the first seed of redis+cluster://"
         } else if tls(info) != tls(&infos[0]) {
             "every node of a Redis Cluster is reached the same way: all rediss:// (TLS) or all redis://"
+        } else if settings.protocol() != first.protocol() {
+            "every node of a Redis Cluster is asked in the same protocol: give the same ?protocol= on every URL, or on none"
         } else {
             return None;
         };
@@ -569,6 +573,20 @@ mod tests {
         assert_eq!(
             reason("rediss://a:7000,redis://b:7001"),
             "every node of a Redis Cluster is reached the same way: all rediss:// (TLS) or all redis://"
+        );
+        for mixed in [
+            "redis://a:7000/?protocol=resp3,redis://b:7001",
+            "redis://a:7000,redis://b:7001/?protocol=resp3",
+        ] {
+            assert_eq!(
+                reason(mixed),
+                "every node of a Redis Cluster is asked in the same protocol: give the same ?protocol= on every URL, or on none",
+                "{mixed}"
+            );
+        }
+        assert!(
+            RedisConfig::from_url("redis://a:7000/?protocol=resp3,redis://b:7001/?protocol=resp3")
+                .is_ok()
         );
         // Credentials written once on the first seed are every node's.
         let once = RedisConfig::from_url("redis+cluster://u:p@a:7000,b:7001").unwrap();
