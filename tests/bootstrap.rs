@@ -1094,6 +1094,244 @@ async fn one_node_of_a_cluster_given_as_one_url_refuses_boot() {
     }
 }
 
+/// How a refusal of the driver's credentials tells the operator to fix them.
+const DRIVER_CREDENTIALS_FIX: &str = "Give the username and password Redis expects in the URL: redis://user:password@host:port, or redis://:password@host:port for a password only (?user=...&pass=... after a socket's path).";
+
+/// How a refusal of the driver's database tells the operator to fix it.
+const DRIVER_DATABASE_FIX: &str = "Name a database this Redis has: they are numbered from 0 to its `databases` setting less one (0 to 15 by default), as /N after the host or ?db=N after a socket's path.";
+
+/// How a refusal of the cache store's credentials tells the operator to fix
+/// them.
+const CACHE_CREDENTIALS_FIX: &str = "Give the username and password Redis expects in REDIS_URL (redis://user:password@host:port), or in REDIS_USERNAME and REDIS_PASSWORD.";
+
+/// How a refusal of the cache store's database tells the operator to fix it.
+const CACHE_DATABASE_FIX: &str = "Name a database this Redis has: they are numbered from 0 to its `databases` setting less one (0 to 15 by default), in REDIS_CACHE_DB or as the database REDIS_URL names (/N, or ?db=N after a socket's path).";
+
+/// What redis-rs makes of a refused password sent with `AUTH`.
+const AUTH_FAILED: &str = "Password authentication failed - AuthenticationFailed";
+
+/// What redis-rs makes of a `SELECT` of a database past the last.
+const DB_OUT_OF_RANGE: &str =
+    "Redis server refused to switch database - Server(ResponseError): DB index is out of range";
+
+/// The refusal of a Redis, named `subject`, that answers and refuses
+/// `what_is_refused` (`credentials` or `database`), saying `said`.
+fn refused_by_redis(subject: &str, what_is_refused: &str, said: &str, fix: &str) -> String {
+    let refused = match what_is_refused {
+        "credentials" => "the credentials given (none, or a username or password it does not take)",
+        _ => "the database asked for",
+    };
+    format!("refusing to boot: {subject} answers but refuses {refused}: {said}. {fix}")
+}
+
+/// Boots the Redis driver on `url`, with short timeouts.
+async fn boot_driver_on(url: &str) -> (App, Result<suprnova::bootstrap::BootSummary, String>) {
+    boot(&[
+        ("APP_ENV", "production"),
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", url),
+        ("RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS", "300"),
+        ("RATE_LIMIT_REDIS_TIMEOUT_MS", "300"),
+    ])
+    .await
+}
+
+/// Boots the Redis driver on each URL and asserts the refusal: `(url,
+/// the URL as shown, what Redis refuses, what it said)`.
+async fn driver_boot_is_refused(refusals: &[(String, String, &str, String)]) {
+    for (url, shown, what_is_refused, said) in refusals {
+        let (app, refused) = boot_driver_on(url).await;
+        let fix = match *what_is_refused {
+            "credentials" => DRIVER_CREDENTIALS_FIX,
+            _ => DRIVER_DATABASE_FIX,
+        };
+        assert_eq!(
+            refused.unwrap_err(),
+            refused_by_redis(
+                &format!("RATE_LIMIT_REDIS_URL={shown}"),
+                what_is_refused,
+                said,
+                fix
+            ),
+            "{url}"
+        );
+        assert!(app.get::<dyn RateLimiterDriver>().is_none(), "{url}");
+    }
+}
+
+#[tokio::test]
+async fn a_redis_that_refuses_the_credentials_or_the_database_refuses_boot() {
+    // Such an answer comes again on every connection until the
+    // configuration changes: booted, every limited request would follow
+    // the backend-error policy (FailOpen by default: no limit at all).
+    let server = RedisServer::start();
+    let port = server.port();
+    let tcp = server.url();
+    let socket = server.socket_url();
+    let mut refusals = vec![
+        (
+            format!("{tcp}/99"),
+            format!("{tcp}/99"),
+            "database",
+            DB_OUT_OF_RANGE.to_owned(),
+        ),
+        (
+            format!("{socket}?db=99"),
+            format!("{socket}?db=99"),
+            "database",
+            DB_OUT_OF_RANGE.to_owned(),
+        ),
+    ];
+    driver_boot_is_refused(&refusals).await;
+    let reply = server.command("CONFIG SET requirepass s3cret");
+    assert!(reply.contains("OK"), "{reply}");
+    let shown = format!("redis://***@127.0.0.1:{port}");
+    refusals = vec![
+        (format!("redis://:wrong@127.0.0.1:{port}"), shown.clone(), "credentials", AUTH_FAILED.to_owned()),
+        // An ACL user Redis does not know.
+        (
+            format!("redis://nobody:s3cret@127.0.0.1:{port}"),
+            shown.clone(),
+            "credentials",
+            AUTH_FAILED.to_owned(),
+        ),
+        (
+            format!("{socket}?pass=wrong"),
+            format!("{socket}?pass=***"),
+            "credentials",
+            AUTH_FAILED.to_owned(),
+        ),
+        // Sent with HELLO, in RESP3.
+        (
+            format!("redis://:wrong@127.0.0.1:{port}/?protocol=resp3"),
+            format!("{shown}/?protocol=resp3"),
+            "credentials",
+            "\"WRONGPASS\": invalid username-password pair or user is disabled".to_owned(),
+        ),
+        // No password where one is required, without and with a database
+        // to select first.
+        (tcp.clone(), tcp.clone(), "credentials", "\"NOAUTH\": Authentication required".to_owned()),
+        (
+            format!("{tcp}/2"),
+            format!("{tcp}/2"),
+            "credentials",
+            "Redis server refused to switch database - Server(ResponseError): Authentication required".to_owned(),
+        ),
+        (
+            format!("redis://:s3cret@127.0.0.1:{port}/99"),
+            format!("{shown}/99"),
+            "database",
+            DB_OUT_OF_RANGE.to_owned(),
+        ),
+    ];
+    driver_boot_is_refused(&refusals).await;
+    let (app, summary) = boot_driver_on(&format!("redis://:s3cret@127.0.0.1:{port}")).await;
+    assert_eq!(
+        summary.unwrap().to_string(),
+        format!(
+            "environment=production driver=redis redis={shown} (answering) cache=memory trusted_proxies=none warnings=1"
+        )
+    );
+    assert_eq!(installed_driver(&app).name(), "redis");
+
+    // A cluster whose nodes all refuse the password.
+    let cluster = RedisCluster::start(3);
+    for port in cluster.ports() {
+        let reply = support::redis::raw_command(port, "CONFIG SET requirepass s3cret");
+        assert!(reply.is_some_and(|r| r.contains("OK")));
+    }
+    let wrong = cluster.url().replace("redis://", "redis://:wrong@");
+    let (app, refused) = boot_driver_on(&wrong).await;
+    let shown = format!(
+        "cluster {}",
+        cluster.url().replace("redis://", "redis://***@")
+    );
+    assert_eq!(
+        refused.unwrap_err(),
+        refused_by_redis(
+            &format!("RATE_LIMIT_REDIS_URL={shown}"),
+            "credentials",
+            &format!("Failed to create initial connections - Io: {AUTH_FAILED}"),
+            DRIVER_CREDENTIALS_FIX
+        )
+    );
+    assert!(app.get::<dyn RateLimiterDriver>().is_none());
+}
+
+#[tokio::test]
+async fn a_cache_redis_that_refuses_the_credentials_or_the_database_refuses_boot() {
+    use suprnova::cache::Store;
+
+    let server = RedisServer::start();
+    let port = server.port().to_string();
+    let reply = server.command("CONFIG SET requirepass s3cret");
+    assert!(reply.contains("OK"), "{reply}");
+    let shown = format!("redis://***@127.0.0.1:{port}");
+    let host = [("REDIS_HOST", "127.0.0.1"), ("REDIS_PORT", port.as_str())];
+    let wrong_url = format!("redis://:wrong@127.0.0.1:{port}");
+    let right_url_99 = format!("redis://:s3cret@127.0.0.1:{port}/99");
+    for (pairs, shown, what_is_refused, said) in [
+        (
+            vec![("REDIS_URL", wrong_url.as_str())],
+            format!("{shown}/1"),
+            "credentials",
+            AUTH_FAILED,
+        ),
+        (
+            [&host[..], &[("REDIS_PASSWORD", "wrong")]].concat(),
+            format!("{shown}/1"),
+            "credentials",
+            AUTH_FAILED,
+        ),
+        (
+            vec![("REDIS_URL", right_url_99.as_str())],
+            format!("{shown}/99"),
+            "database",
+            DB_OUT_OF_RANGE,
+        ),
+        (
+            [
+                &host[..],
+                &[("REDIS_PASSWORD", "s3cret"), ("REDIS_CACHE_DB", "99")],
+            ]
+            .concat(),
+            format!("{shown}/99"),
+            "database",
+            DB_OUT_OF_RANGE,
+        ),
+    ] {
+        let mut env = vec![("APP_ENV", "local"), ("CACHE_STORE", "redis")];
+        env.extend(pairs.iter().copied());
+        let (app, refused) = boot(&env).await;
+        let fix = match what_is_refused {
+            "credentials" => CACHE_CREDENTIALS_FIX,
+            _ => CACHE_DATABASE_FIX,
+        };
+        assert_eq!(
+            refused.unwrap_err(),
+            refused_by_redis(
+                &format!(
+                    "the cache store's Redis, {shown} (REDIS_URL, or REDIS_HOST and REDIS_PORT),"
+                ),
+                what_is_refused,
+                said,
+                fix
+            ),
+            "{pairs:?}"
+        );
+        assert!(app.get::<dyn Store>().is_none(), "{pairs:?}");
+    }
+    let mut env = vec![
+        ("APP_ENV", "local"),
+        ("CACHE_STORE", "redis"),
+        ("REDIS_PASSWORD", "s3cret"),
+    ];
+    env.extend(host);
+    let (app, summary) = boot(&env).await;
+    assert_eq!(summary.unwrap().cache_store, "redis");
+    assert_eq!(app.get::<dyn Store>().unwrap().name(), "redis");
+}
+
 /// Collects what a `fmt` subscriber writes.
 #[derive(Clone, Default)]
 struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);

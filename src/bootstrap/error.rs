@@ -7,7 +7,8 @@ use crate::config::ConfigError;
 #[non_exhaustive]
 pub enum BootError {
     /// The configuration was refused; the message names the variable, the
-    /// value and the fix.
+    /// value and the fix. A Redis that answers and refuses the credentials
+    /// or the database is refused this way too, with what Redis said.
     #[error(transparent)]
     Config(#[from] ConfigError),
     /// The driver's Redis client could not be built from a

@@ -16,11 +16,16 @@ impl BootPlan {
     /// store (with the `RateLimiter` over it); logs each of the
     /// plan's warnings once at `warn`; and returns the summary.
     ///
-    /// The Redis driver is built without waiting for Redis beyond one `PING`
-    /// bounded by the configured timeouts. A Redis that does not answer is
-    /// logged at `warn` and boot goes on: the connection retries in the
-    /// background, and requests follow the backend-error policy until Redis
-    /// answers. Must run inside a tokio runtime.
+    /// The Redis driver, and a Redis cache store, are built without waiting
+    /// for Redis beyond one `PING` each, bounded by the configured timeouts.
+    /// A Redis that does not answer (a timeout, a refused or reset
+    /// connection, a Redis still loading its data) is logged at `warn` and
+    /// boot goes on: the connection retries in the background, and requests
+    /// follow the backend-error policy until Redis answers. A Redis that
+    /// answers and refuses the credentials (`WRONGPASS`, `NOAUTH`) or the
+    /// database (`DB index is out of range`) refuses boot, naming the
+    /// variable: it would refuse every connection until the configuration
+    /// changes. Must run inside a tokio runtime.
     pub async fn install(&self, app: &App) -> Result<BootSummary, BootError> {
         for warning in &self.warnings {
             tracing::warn!("{warning}");
@@ -38,6 +43,10 @@ impl BootPlan {
                 config.redacted()
             );
             redis::refuse_one_node_of_a_cluster(&probe, &subject).await?;
+            // Then on the database the store will use, with its credentials.
+            let store = crate::redis_client::RedisConnection::new(config.clone())
+                .map_err(|e| BootError::Cache(e.into()))?;
+            redis::ping(&store, &subject, &redis::CACHE_FIXES).await?;
         }
         let (driver, redis, redis_answered): (Arc<dyn RateLimiterDriver>, _, _) = match &self.driver
         {
@@ -78,12 +87,14 @@ impl BootPlan {
 mod redis {
     use std::sync::Arc;
 
+    use ::redis::{ErrorKind, ServerErrorKind};
+
     use super::super::variables::RATE_LIMIT_REDIS_URL;
     use super::super::{BootError, RedisPlan};
     use crate::config::ConfigError;
     use crate::rate_limit::RateLimiterDriver;
     use crate::rate_limit::redis::RedisRateLimiter;
-    use crate::redis_client::RedisConnection;
+    use crate::redis_client::{RedisBackendError, RedisConnection};
 
     /// Why one node of a cluster, given as a single URL, is refused.
     const ONE_NODE_OF_A_CLUSTER: &str = "is one node of a Redis Cluster (its INFO says \
@@ -107,29 +118,142 @@ mod redis {
         .into())
     }
 
+    /// How to fix the configuration a Redis refused, in the variables of
+    /// the connection it refused.
+    pub(super) struct Fixes {
+        credentials: &'static str,
+        database: &'static str,
+    }
+
+    /// The fixes for the driver's `RATE_LIMIT_REDIS_URL`.
+    const DRIVER_FIXES: Fixes = Fixes {
+        credentials: "Give the username and password Redis expects in the URL: \
+            redis://user:password@host:port, or redis://:password@host:port for a password only \
+            (?user=...&pass=... after a socket's path).",
+        database: "Name a database this Redis has: they are numbered from 0 to its `databases` \
+            setting less one (0 to 15 by default), as /N after the host or ?db=N after a \
+            socket's path.",
+    };
+
+    /// The fixes for the cache store's `REDIS_URL`, or `REDIS_HOST` and the
+    /// variables beside it.
+    pub(super) const CACHE_FIXES: Fixes = Fixes {
+        credentials: "Give the username and password Redis expects in REDIS_URL \
+            (redis://user:password@host:port), or in REDIS_USERNAME and REDIS_PASSWORD.",
+        database: "Name a database this Redis has: they are numbered from 0 to its `databases` \
+            setting less one (0 to 15 by default), in REDIS_CACHE_DB or as the database \
+            REDIS_URL names (/N, or ?db=N after a socket's path).",
+    };
+
+    /// What of its configuration a Redis that answered refused.
+    enum Refused {
+        /// The credentials: none where Redis requires them, or a username
+        /// or password it does not take.
+        Credentials,
+        /// The database: one past the last this Redis has.
+        Database,
+    }
+
+    /// What `error`, the answer to boot's `PING`, says Redis refused of the
+    /// configuration: an answer that every connection would get again
+    /// until the configuration changes. `None` for a failure that may pass:
+    /// a timeout, a refused or reset connection, a Redis loading its data
+    /// (`LOADING`), a cluster whose master is down (`MASTERDOWN`,
+    /// `CLUSTERDOWN`), too many clients.
+    ///
+    /// What redis-rs makes of each refusal: a wrong password, or an ACL user
+    /// unknown or disabled, sent with `AUTH` is `AuthenticationFailed`, and
+    /// sent with `HELLO` (`?protocol=resp3`) the server's `WRONGPASS`; no
+    /// password where one is required is the server's `NOAUTH`. A URL that
+    /// names a database selects it before the `PING`, and a refused
+    /// `SELECT` is an `ERR` whose detail is the server's (`DB index is out
+    /// of range`, or `Authentication required.` when the password is
+    /// missing). A cluster's client that could connect to no node reports
+    /// the last node's refusal as the detail of an `Io` error.
+    fn refused(error: &RedisBackendError) -> Option<Refused> {
+        let RedisBackendError::Redis(error) = error else {
+            return None;
+        };
+        let detail = error.detail().unwrap_or_default();
+        match (error.kind(), error.code()) {
+            (ErrorKind::AuthenticationFailed, _) | (_, Some("WRONGPASS" | "NOAUTH")) => {
+                Some(Refused::Credentials)
+            }
+            (ErrorKind::Server(ServerErrorKind::ResponseError), _) => {
+                if detail.contains("DB index") {
+                    Some(Refused::Database)
+                } else if detail.starts_with("Authentication required") {
+                    Some(Refused::Credentials)
+                } else {
+                    None
+                }
+            }
+            (ErrorKind::Io, _)
+                if ["AuthenticationFailed", "WRONGPASS", "NOAUTH"]
+                    .iter()
+                    .any(|refusal| detail.contains(refusal)) =>
+            {
+                Some(Refused::Credentials)
+            }
+            _ => None,
+        }
+    }
+
+    /// Sends boot's `PING` on `connection`, named `subject` in a refusal:
+    /// whether Redis answered. A Redis that does not answer yet is logged at
+    /// `warn` and is not refused; one that answers and refuses the
+    /// credentials or the database is, with what it said and the fix in
+    /// `fixes`. Neither shows a password: the subject and the URL logged are
+    /// redacted, and Redis's answer never repeats one.
+    pub(super) async fn ping(
+        connection: &RedisConnection,
+        subject: &str,
+        fixes: &Fixes,
+    ) -> Result<bool, BootError> {
+        let error = match connection.ping().await {
+            Ok(()) => return Ok(true),
+            Err(error) => error,
+        };
+        let (refused, fix) = match refused(&error) {
+            Some(Refused::Credentials) => (
+                "the credentials given (none, or a username or password it does not take)",
+                fixes.credentials,
+            ),
+            Some(Refused::Database) => ("the database asked for", fixes.database),
+            None => {
+                tracing::warn!(
+                    redis = %connection.config().redacted(),
+                    %error,
+                    "Redis does not answer yet; booting anyway. The connection retries in the \
+                     background, and until Redis answers each limited request follows its \
+                     backend-error policy"
+                );
+                return Ok(false);
+            }
+        };
+        // What Redis said, without the prefix of this crate's own errors.
+        let said = match &error {
+            RedisBackendError::Redis(said) => said.to_string(),
+            other => other.to_string(),
+        };
+        let said = said.trim_end_matches('.');
+        Err(ConfigError::Refused(format!(
+            "refusing to boot: {subject} answers but refuses {refused}: {said}. {fix}"
+        ))
+        .into())
+    }
+
     /// The Redis driver over a lazy connection, and whether Redis answered a
     /// `PING` within the timeouts.
     pub(super) async fn build(
         plan: &RedisPlan,
     ) -> Result<(Arc<dyn RateLimiterDriver>, bool), BootError> {
         let connection = RedisConnection::new(plan.config.clone())?;
-        let answered = match connection.ping().await {
-            Ok(()) => {
-                let subject = format!("{RATE_LIMIT_REDIS_URL}={}", plan.config.redacted());
-                refuse_one_node_of_a_cluster(&connection, &subject).await?;
-                true
-            }
-            Err(error) => {
-                tracing::warn!(
-                    redis = %plan.config.redacted(),
-                    %error,
-                    "Redis does not answer yet; booting anyway. The connection retries in the \
-                     background, and until Redis answers each limited request follows its \
-                     backend-error policy"
-                );
-                false
-            }
-        };
+        let subject = format!("{RATE_LIMIT_REDIS_URL}={}", plan.config.redacted());
+        let answered = ping(&connection, &subject, &DRIVER_FIXES).await?;
+        if answered {
+            refuse_one_node_of_a_cluster(&connection, &subject).await?;
+        }
         let mut driver = RedisRateLimiter::new(connection);
         if let Some(prefix) = &plan.prefix {
             driver = driver.with_prefix(prefix.clone());

@@ -24,7 +24,9 @@ pub struct BootSummary {
     pub redis: Option<String>,
     /// For the Redis driver, whether Redis answered a `PING` at boot. When it
     /// did not, boot went on: the connection retries in the background and
-    /// requests follow the backend-error policy until Redis answers.
+    /// requests follow the backend-error policy until Redis answers. (A
+    /// Redis that answered with a refusal of the credentials or the
+    /// database refused boot instead.)
     pub redis_answered: Option<bool>,
     /// The cache store of the Laravel-shape facade: `memory` or `redis`.
     pub cache_store: &'static str,
