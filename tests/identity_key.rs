@@ -297,6 +297,41 @@ Victim@Mail.test\r\n\
     assert_eq!(route.sent(), 3);
 }
 
+/// A boundary that multipart parsers take from the label but RFC 2046 would
+/// not allow in a body (`!`, `~`, `%`, over 70 characters, a quoted `;`)
+/// still splits the body for the key: the handler's parser reads the
+/// mailbox, so the mailbox's budget is spent.
+#[tokio::test]
+async fn a_multipart_form_with_any_labelled_boundary_counts_for_its_mailbox() {
+    let long = "a".repeat(71);
+    for (boundary, param) in [
+        ("x!y", "x!y".to_owned()),
+        ("~~boundary~~", "~~boundary~~".to_owned()),
+        ("50%", "50%".to_owned()),
+        (long.as_str(), long.clone()),
+        ("a;b", "\"a;b\"".to_owned()),
+        ("q\"t", "\"q\\\"t\"".to_owned()),
+    ] {
+        let route = reset_route();
+        let body = format!(
+            "--{boundary}\r\n\
+Content-Disposition: form-data; name=\"email\"\r\n\r\n\
+victim@mail.test\r\n\
+--{boundary}--\r\n"
+        );
+        let label = format!("multipart/form-data; boundary={param}");
+        let mut statuses = Vec::new();
+        for n in 0..5 {
+            let reply = route
+                .post(&address(n), "/password/reset", &label, &body)
+                .await;
+            statuses.push(reply.status_code());
+        }
+        assert_eq!(statuses, [200, 200, 200, 429, 429], "{label}");
+        assert_eq!(route.sent(), 3, "{label}");
+    }
+}
+
 /// Bodies built so that one reading finds no mailbox while the form a
 /// handler reads names the victim: each still counts for the victim's
 /// mailbox. Sent labelled as a form, as an attacker would.

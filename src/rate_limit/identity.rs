@@ -119,32 +119,98 @@ fn body_values(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<Stri
     }
     let mut values = form_values(body, field);
     values.extend(json_values(body, field).unwrap_or_default());
-    let labelled = content_type.and_then(labelled_boundary);
-    let opened = first_line_boundary(body);
-    if let Some(boundary) = labelled {
-        values.extend(multipart_values(body, boundary, field));
+    let mut boundaries = content_type.map(labelled_boundaries).unwrap_or_default();
+    if let Some(opened) = first_line_boundary(body)
+        && !boundaries.iter().any(|b| b == opened)
+    {
+        boundaries.push(opened.to_vec());
     }
-    if let Some(boundary) = opened.filter(|b| Some(*b) != labelled) {
+    for boundary in &boundaries {
         values.extend(multipart_values(body, boundary, field));
     }
     values
 }
 
-/// The `boundary` parameter of a `multipart/*` `Content-Type`, quoted or
-/// not.
-fn labelled_boundary(content_type: &str) -> Option<&[u8]> {
-    let mut params = content_type.split(';');
-    let kind = params.next()?.trim();
-    if !kind.get(..10)?.eq_ignore_ascii_case("multipart/") {
-        return None;
+/// The boundaries a `multipart/*` `Content-Type` gives, read as a parser
+/// reads an HTTP parameter value: a token, or a quoted-string whose quotes
+/// (and the `;` inside them) are honoured. Any non-empty value counts, not
+/// only one RFC 2046 allows in a body (`x!y`, `50%`, 71 characters): parsers
+/// accept those from the label and split the body by them, so a strict
+/// check here would let such a label hide the mailbox. The body cap bounds
+/// the work of each split.
+///
+/// Parsers differ at the edges, so each reading one may make is tried: the
+/// first `boundary` parameter and the last, and a quoted value with its
+/// backslash escapes undone (RFC 9110) and as written.
+fn labelled_boundaries(content_type: &str) -> Vec<Vec<u8>> {
+    let mut params = parameters(content_type);
+    let multipart = params
+        .next()
+        .and_then(|kind| kind.trim().get(..10))
+        .is_some_and(|kind| kind.eq_ignore_ascii_case("multipart/"));
+    if !multipart {
+        return Vec::new();
     }
-    params
-        .find_map(|param| parameter(param, "boundary"))
-        .map(str::as_bytes)
-        .filter(|b| is_boundary(b))
+    let given: Vec<&str> = params
+        .filter_map(|param| parameter(param, "boundary"))
+        .collect();
+    let mut boundaries: Vec<Vec<u8>> = Vec::new();
+    for value in given.first().into_iter().chain(given.last()) {
+        for boundary in [unescaped(value), value.as_bytes().to_vec()] {
+            if !boundary.is_empty() && !boundaries.contains(&boundary) {
+                boundaries.push(boundary);
+            }
+        }
+    }
+    boundaries
 }
 
-/// The boundary of a body whose first line is `--<boundary>`.
+/// The `;`-separated parts of a header value, a `;` inside a quoted-string
+/// (`boundary="a;b"`) being part of the value and not a separator.
+fn parameters(header: &str) -> impl Iterator<Item = &str> {
+    let mut rest = Some(header);
+    std::iter::from_fn(move || {
+        let text = rest?;
+        let (mut quoted, mut escaped) = (false, false);
+        let end = text.bytes().position(|b| {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' if quoted => escaped = true,
+                b'"' => quoted = !quoted,
+                b';' if !quoted => return true,
+                _ => {}
+            }
+            false
+        });
+        match end {
+            Some(at) => {
+                rest = Some(&text[at + 1..]);
+                Some(&text[..at])
+            }
+            None => {
+                rest = None;
+                Some(text)
+            }
+        }
+    })
+}
+
+/// A quoted-string's content with each `\x` read as `x`.
+fn unescaped(quoted: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(quoted.len());
+    let mut bytes = quoted.bytes();
+    while let Some(b) = bytes.next() {
+        out.push(if b == b'\\' {
+            bytes.next().unwrap_or(b)
+        } else {
+            b
+        });
+    }
+    out
+}
+
+/// The boundary of a body whose first line is `--<boundary>`: with no label
+/// to go by, only a line that holds a boundary RFC 2046 allows.
 fn first_line_boundary(body: &[u8]) -> Option<&[u8]> {
     let first_line_ends = find(body, b"\r\n")?;
     body[..first_line_ends]
@@ -225,9 +291,10 @@ fn multipart_values(body: &[u8], boundary: &[u8], field: &str) -> Vec<String> {
     values
 }
 
-/// Where `needle` first starts in `haystack`.
+/// Where `needle` first starts in `haystack`, in time linear in both: a
+/// labelled boundary may be as long as the header allows.
 fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+    memchr::memmem::find(haystack, needle)
 }
 
 fn form_values(body: &[u8], field: &str) -> Vec<String> {
@@ -432,6 +499,31 @@ victim@example.com\r\n\
         }
         let found = labelled(body, Some("text/plain; boundary=real"), "email");
         assert!(!found.contains(&victim), "{found:?}");
+    }
+
+    #[test]
+    fn the_labelled_boundary_is_read_as_an_http_parameter_value() {
+        assert_eq!(
+            labelled_boundaries("multipart/form-data; boundary=x!y~%"),
+            vec![b"x!y~%".to_vec()]
+        );
+        // A `;` inside quotes is part of the value, and a `boundary=` inside
+        // another parameter's quotes is not a parameter.
+        assert_eq!(
+            labelled_boundaries(r#"multipart/form-data; note="; boundary=decoy"; boundary="a;b""#),
+            vec![b"a;b".to_vec()]
+        );
+        // Escapes undone and as written; the first repeat and the last.
+        assert_eq!(
+            labelled_boundaries(r#"multipart/mixed; boundary="q\"t""#),
+            vec![b"q\"t".to_vec(), b"q\\\"t".to_vec()]
+        );
+        assert_eq!(
+            labelled_boundaries("multipart/form-data; boundary=one; boundary=two; boundary=three"),
+            vec![b"one".to_vec(), b"three".to_vec()]
+        );
+        assert!(labelled_boundaries("multipart/form-data; boundary=\"\"").is_empty());
+        assert!(labelled_boundaries("text/plain; boundary=x").is_empty());
     }
 
     #[test]
