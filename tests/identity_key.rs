@@ -554,6 +554,58 @@ async fn an_ambiguous_request_is_counted_against_each_identity() {
     }
 }
 
+/// One host, well inside its per-address budget, naming 300 mailboxes in
+/// each request spends none of their budgets: a request naming more than
+/// two identities is refused and counted against no bucket.
+#[tokio::test]
+async fn a_request_naming_many_mailboxes_is_refused_and_spends_none_of_them() {
+    let route = reset_route();
+    let query: String = (0..300)
+        .map(|n| format!("email=user{n}@mail.test"))
+        .collect::<Vec<_>>()
+        .join("&");
+    let uri = format!("/password/reset?{query}");
+    for _ in 0..3 {
+        let r = route.post("203.0.113.7", &uri, FORM, "").await;
+        assert_eq!(r.status_code(), 429);
+        assert_eq!(r.body_text(), "429 Too Many Requests");
+        assert_eq!(r.header_str("retry-after"), Some("900"));
+        assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+    }
+    // Three in the query and the body together are as many.
+    let r = route
+        .post(
+            "203.0.113.7",
+            "/password/reset?email=user0@mail.test&email=user1@mail.test",
+            FORM,
+            "email=user2%40mail.test",
+        )
+        .await;
+    assert_eq!(r.status_code(), 429);
+    assert_eq!(route.sent(), 0);
+    // Nothing was counted: not the mailboxes, not the shared bucket.
+    assert_eq!(
+        route.driver.bucket_count(),
+        1,
+        "only the per-address bucket"
+    );
+    let mut locked = 0;
+    for n in 0..300 {
+        let status = route.form(&address(n), &format!("user{n}@mail.test")).await;
+        if status != 200 {
+            locked += 1;
+        }
+    }
+    assert_eq!(locked, 0, "{locked} mailboxes were locked out");
+    // A spent mailbox gets no attempt by being named among many.
+    for n in 0..2 {
+        assert_eq!(route.form(&address(n + 400), "user0@mail.test").await, 200);
+    }
+    let r = route.post("203.0.113.8", &uri, FORM, "").await;
+    assert_eq!(r.status_code(), 429);
+    assert_eq!(route.sent(), 302);
+}
+
 #[tokio::test]
 async fn requests_naming_nobody_skip_the_per_recipient_limit() {
     let route = reset_route();

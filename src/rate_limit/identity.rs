@@ -35,6 +35,15 @@ use crate::keys::sha256_hex;
 ///   identity it names, so a decoy cannot buy a fresh quota and a spent
 ///   identity gets no extra attempt through the shared bucket. Each bucket
 ///   that admits the request counts it, even when another one refuses it.
+/// - More than two different identities: the key is `<namespace>:ambiguous`
+///   too, but inside a [`RateLimitMiddleware`](super::RateLimitMiddleware)
+///   key function the request is refused with `429` (`Retry-After` the
+///   whole window) and counted against no bucket, the backend not asked. Counting it against each mailbox it names would let one host,
+///   well inside its own per-address budget, spend the budgets of hundreds
+///   of mailboxes with one request (and make a round trip for each); counting
+///   it nowhere and never admitting it means no mailbox is charged, and a
+///   spent one gets no attempt through it. No legitimate client names three
+///   mailboxes in one request.
 ///
 /// A blank value in one place does not hide the value in the other.
 ///
@@ -56,9 +65,13 @@ pub fn identity_key(req: &Request, field: &str, namespace: &str) -> String {
     match named.len() {
         0 => address_key(req, &format!("{namespace}:ip")),
         1 => id_key(namespace, named.first().map_or("", String::as_str)),
-        _ => {
+        2 => {
             let each: Vec<String> = named.iter().map(|v| id_key(namespace, v)).collect();
             report_named_buckets(each);
+            format!("{namespace}:ambiguous")
+        }
+        _ => {
+            report_too_many_named();
             format!("{namespace}:ambiguous")
         }
     }
@@ -348,27 +361,46 @@ impl<'de> Visitor<'de> for FieldValues<'_> {
     }
 }
 
+/// What [`identity_key`] reported while a middleware's key function ran.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Named {
+    /// The bucket of each identity an ambiguous request names.
+    pub(crate) buckets: Vec<String>,
+    /// The request names more than two identities: refuse it, counting it
+    /// nowhere.
+    pub(crate) too_many: bool,
+}
+
 thread_local! {
     /// Where [`identity_key`] reports the buckets of an ambiguous request
     /// while a middleware computes its key on this thread.
-    static NAMED_BUCKETS: RefCell<Option<Vec<String>>> = const { RefCell::new(None) };
+    static NAMED_BUCKETS: RefCell<Option<Named>> = const { RefCell::new(None) };
 }
 
 fn report_named_buckets(keys: Vec<String>) {
     NAMED_BUCKETS.with(|sink| {
         if let Some(sink) = sink.borrow_mut().as_mut() {
-            sink.extend(keys);
+            sink.buckets.extend(keys);
         }
     });
 }
 
-/// Runs a key function and returns its key with the extra buckets that
-/// [`identity_key`] named while it ran.
+fn report_too_many_named() {
+    NAMED_BUCKETS.with(|sink| {
+        if let Some(sink) = sink.borrow_mut().as_mut() {
+            sink.too_many = true;
+        }
+    });
+}
+
+/// Runs a key function and returns its key with what [`identity_key`]
+/// reported while it ran: the extra buckets it named, and whether a request
+/// named too many identities to be admitted.
 ///
 /// Key functions are synchronous, so a thread-local sink set around the
 /// call sees exactly the calls made by this one.
-pub(crate) fn with_named_buckets<R>(key_fn: impl FnOnce() -> R) -> (R, Vec<String>) {
-    struct Restore(Option<Option<Vec<String>>>);
+pub(crate) fn with_named_buckets<R>(key_fn: impl FnOnce() -> R) -> (R, Named) {
+    struct Restore(Option<Option<Named>>);
     impl Drop for Restore {
         fn drop(&mut self) {
             // Runs on unwind too, so a panicking key function leaves no sink
@@ -377,7 +409,7 @@ pub(crate) fn with_named_buckets<R>(key_fn: impl FnOnce() -> R) -> (R, Vec<Strin
             NAMED_BUCKETS.with(|sink| *sink.borrow_mut() = previous);
         }
     }
-    let previous = NAMED_BUCKETS.with(|sink| sink.borrow_mut().replace(Vec::new()));
+    let previous = NAMED_BUCKETS.with(|sink| sink.borrow_mut().replace(Named::default()));
     let restore = Restore(Some(previous));
     let key = key_fn();
     let named = NAMED_BUCKETS
@@ -546,13 +578,27 @@ victim@example.com\r\n\
         );
         let (key, mut named) = with_named_buckets(|| identity_key(&req, "email", "ns"));
         assert_eq!(key, "ns:ambiguous");
-        named.sort();
+        named.buckets.sort();
         let mut expected = vec![id_key("ns", "a@x"), id_key("ns", "b@x")];
         expected.sort();
-        assert_eq!(named, expected);
+        assert_eq!(named.buckets, expected);
+        assert!(!named.too_many);
         // Outside, nothing collects and nothing leaks into the next run.
         assert_eq!(identity_key(&req, "email", "ns"), "ns:ambiguous");
         let (_, named) = with_named_buckets(|| "plain".to_owned());
-        assert!(named.is_empty());
+        assert_eq!(named, Named::default());
+    }
+
+    #[test]
+    fn three_identities_name_no_bucket_and_are_refused() {
+        let req = Request::new(
+            http::Request::get("/r?email=a@x&email=b@x&email=c@x")
+                .body(String::new())
+                .unwrap(),
+        );
+        let (key, named) = with_named_buckets(|| identity_key(&req, "email", "ns"));
+        assert_eq!(key, "ns:ambiguous");
+        assert!(named.buckets.is_empty());
+        assert!(named.too_many);
     }
 }

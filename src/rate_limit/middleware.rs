@@ -230,16 +230,22 @@ impl RateLimitMiddleware {
 
     /// Every bucket the request is counted in: the key function's key, and
     /// the other buckets of each identity an ambiguous request names
-    /// (usually none, and then nothing is allocated for them).
-    fn keys_for(&self, request: &Request) -> (String, Vec<String>) {
+    /// (usually none, and then nothing is allocated for them). `None` when
+    /// the request names more identities than
+    /// [`identity_key`](super::identity_key) admits: it is refused and
+    /// counted nowhere.
+    fn keys_for(&self, request: &Request) -> Option<(String, Vec<String>)> {
         let (key, named) = with_named_buckets(|| (self.key_fn)(request));
+        if named.too_many {
+            return None;
+        }
         let mut others: Vec<String> = Vec::new();
-        for extra in named {
+        for extra in named.buckets {
             if extra != key && !others.contains(&extra) {
                 others.push(extra);
             }
         }
-        (key, others)
+        Some((key, others))
     }
 
     /// One decision for `key` and `others`: each bucket is asked (and
@@ -378,7 +384,19 @@ impl Middleware for RateLimitMiddleware {
         {
             return next(request).await;
         }
-        let (key, others) = self.keys_for(&request);
+        let Some((key, others)) = self.keys_for(&request) else {
+            // No backend is asked, so an invalid limit must be caught here
+            // to answer as it does for every other request.
+            if let Err(error) = self.config.validate()
+                && let Some(answer) = self.backend_failed(&error, &request)
+            {
+                return Err(answer);
+            }
+            // It will never be admitted: the whole window is as good a time
+            // to come back as any.
+            let refused = Decision::refused(self.config.max_requests.into(), self.config.window);
+            return Err(refused.too_many_requests(TOO_MANY_REQUESTS_BODY));
+        };
         match self.decide(&key, &others).await {
             Ok(decision) if !decision.allowed => {
                 Err(decision.too_many_requests(TOO_MANY_REQUESTS_BODY))
