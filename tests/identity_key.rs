@@ -74,6 +74,26 @@ async fn case_and_spacing_variants_share_one_hashed_key() {
     );
 }
 
+/// `josé` written with the precomposed `é` (U+00E9) and with `e` and a
+/// combining acute accent (U+0301) is one mailbox, and shares one bucket.
+#[tokio::test]
+async fn canonically_equivalent_spellings_share_one_key() {
+    let variants = [
+        buffered("/reset?email=jos%C3%A9@mail.test", None, "").await,
+        buffered("/reset?email=jose%CC%81@mail.test", None, "").await,
+        buffered("/reset?email=JOSE%CC%81@Mail.test", None, "").await,
+        buffered(
+            "/reset",
+            Some(JSON),
+            "{\"email\":\"Jos\\u0065\\u0301@mail.test\"}",
+        )
+        .await,
+    ];
+    for req in &variants {
+        assert_eq!(key(req), id("jos\u{e9}@mail.test"), "{req:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_request_naming_nobody_falls_back_to_the_address() {
     let none = buffered("/reset?other=1", Some(FORM), "name=bob").await;

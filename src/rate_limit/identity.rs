@@ -6,6 +6,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+use unicode_normalization::UnicodeNormalization;
 
 use super::address_key::address_key;
 use crate::Request;
@@ -18,10 +19,12 @@ use crate::keys::sha256_hex;
 /// has buffered the body, from the body by every reading a handler may make
 /// of it: as a form, as a JSON object (its top-level string fields), and as
 /// multipart form data split by the boundary of its `Content-Type` and by
-/// the one its first line opens with, whatever the label says. Each value is trimmed and lowercased, so
-/// `Alice@Example.com` and ` alice@example.com ` share a bucket, and hashed
-/// with SHA-256, so a dump of the limiter's keys does not read as a list of
-/// who is resetting a password.
+/// the one its first line opens with, whatever the label says. Each value is
+/// trimmed, put in Unicode normal form C and lowercased, so
+/// `Alice@Example.com` and ` alice@example.com ` share a bucket, and so do
+/// `josé` written with a precomposed `é` and with `e` and a combining
+/// accent; and it is hashed with SHA-256, so a dump of the limiter's keys
+/// does not read as a list of who is resetting a password.
 ///
 /// - One identity: `<namespace>:id:<sha256 of the normalised value>`.
 /// - None (no value, or only blank ones): the address key
@@ -110,9 +113,12 @@ fn identities(req: &Request, field: &str) -> BTreeSet<String> {
     if let Some(body) = req.buffered_body() {
         values.extend(body_values(body, req.header("content-type"), field));
     }
+    // Canonically equivalent spellings reach one mailbox, so they must share
+    // a bucket. Normal form C comes first: lowercasing then acts on one
+    // spelling of each equivalence class, and every spelling gets one key.
     values
         .iter()
-        .map(|v| v.trim().to_lowercase())
+        .map(|v| v.trim().nfc().collect::<String>().to_lowercase())
         .filter(|v| !v.is_empty())
         .collect()
 }
