@@ -146,6 +146,29 @@ async fn two_different_identities_share_the_ambiguity_bucket() {
     assert_eq!(key(&req), id("a@x.test"));
 }
 
+/// A JSON body naming one address, with a return URL that ends in the same
+/// address as a query parameter, names one identity: the form reading of
+/// the JSON text finds `alice%40mail.test"}`, JSON syntax no form encoder
+/// writes unescaped, and that is not a name.
+#[tokio::test]
+async fn a_json_body_with_a_url_in_a_string_names_one_identity() {
+    let req = buffered(
+        "/reset",
+        Some(JSON),
+        r#"{"email":"alice@mail.test","return_to":"/welcome?team=5&email=alice%40mail.test"}"#,
+    )
+    .await;
+    assert_eq!(key(&req), id("alice@mail.test"));
+    // A field the form reading finds between two `&` still counts.
+    let req = buffered(
+        "/reset",
+        Some(JSON),
+        r#"{"email":"alice@mail.test","n":"&email=bob%40mail.test&"}"#,
+    )
+    .await;
+    assert_eq!(key(&req), "auth-issuance:ambiguous");
+}
+
 #[tokio::test]
 async fn without_key_reads_body_only_the_query_is_read() {
     let req = Request::new(

@@ -136,8 +136,9 @@ fn body_values(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<Stri
     if body.is_empty() {
         return Vec::new();
     }
-    let mut values = form_values(body, field);
-    values.extend(json_values(body, field).unwrap_or_default());
+    let json = json_values(body, field);
+    let mut values = form_values(body, field, json.is_some());
+    values.extend(json.unwrap_or_default());
     let mut boundaries = content_type.map(labelled_boundaries).unwrap_or_default();
     if let Some(opened) = first_line_boundary(body)
         && !boundaries.iter().any(|b| b == opened)
@@ -316,8 +317,25 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     memchr::memmem::find(haystack, needle)
 }
 
-fn form_values(body: &[u8], field: &str) -> Vec<String> {
-    form_urlencoded::parse(body)
+/// The values of `field` in `body` read as a form.
+///
+/// When the body is also a JSON object, a pair that holds a raw `"` is not
+/// read. Outside its strings a JSON object holds no `&`, so each pair but
+/// the first starts inside a string: a pair with no `"` lies wholly inside
+/// one, and is read (`{"x":"&email=victim&"}` must still name the victim,
+/// since a handler may read that body as a form), while a pair with a raw
+/// `"` runs out of its string into JSON syntax, as the tail of a URL in a
+/// string value does (`"/welcome?email=alice%40mail.test"}` gives
+/// `alice@mail.test"}`), or holds an escaped `\"`. A form encoder writes
+/// `"` as `%22`, so such a value is JSON text, not an address a handler
+/// would send to, and reading it would make a plain JSON request
+/// ambiguous. Not reading a JSON body as a form at all would let the label
+/// hide the field; in a body that is not JSON a raw `"` may be part of an
+/// address (`"victim"@mail.test`), so it is read there.
+fn form_values(body: &[u8], field: &str, json_object: bool) -> Vec<String> {
+    body.split(|&b| b == b'&')
+        .filter(|pair| !(json_object && pair.contains(&b'"')))
+        .flat_map(form_urlencoded::parse)
         .filter(|(k, _)| k == field)
         .map(|(_, v)| v.into_owned())
         .collect()
@@ -471,6 +489,25 @@ mod tests {
         assert_eq!(
             read(br#"{"email":"a@x","n":"&email=b@x&"}"#, "email"),
             vec!["a@x", "b@x"]
+        );
+    }
+
+    #[test]
+    fn a_form_pair_running_into_json_syntax_is_not_a_name() {
+        // The tail of a URL in a JSON string: `b@x"}` is not read.
+        assert_eq!(
+            read(br#"{"email":"a@x","to":"/w?email=b%40x"}"#, "email"),
+            vec!["a@x"]
+        );
+        assert!(read(br#"{"to":"/w?email=b%40x"q"}"#, "email").is_empty());
+        // A body that is not JSON keeps a raw quote in its form values.
+        assert_eq!(
+            read(br#"email="victim"@mail.test"#, "email"),
+            vec![r#""victim"@mail.test"#]
+        );
+        assert_eq!(
+            read(br#"{"email":"a@x"&email="b"@x"#, "email"),
+            vec![r#""b"@x"#]
         );
     }
 
