@@ -41,9 +41,10 @@ use crate::keys::sha256_hex;
 /// - More than two different identities: the key is `<namespace>:ambiguous`
 ///   too, but inside a [`RateLimitMiddleware`](super::RateLimitMiddleware)
 ///   key function the request is refused with `429` (`Retry-After` the
-///   whole window) and counted against no bucket, the backend not asked. Counting it against each mailbox it names would let one host,
-///   well inside its own per-address budget, spend the budgets of hundreds
-///   of mailboxes with one request (and make a round trip for each); counting
+///   whole window) and counted against no bucket, the backend not asked.
+///   Counting it against each mailbox it names would let one host, well
+///   inside its own per-address budget, spend the budgets of hundreds of
+///   mailboxes with one request (and make a round trip for each); counting
 ///   it nowhere and never admitting it means no mailbox is charged, and a
 ///   spent one gets no attempt through it. No legitimate client names three
 ///   mailboxes in one request.
