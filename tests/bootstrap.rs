@@ -145,7 +145,7 @@ fn the_override_must_be_a_boolean() {
                 ("APP_ENV", app_env),
                 ("RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION", "ture"),
             ]),
-            "RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=\"ture\" is invalid: expected true or false"
+            "RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=\"ture\" is invalid: expected true or false (or 1 and 0, yes and no, on and off)"
         );
     }
     assert_eq!(

@@ -205,7 +205,7 @@ impl Env {
             _ => Err(ConfigError::Invalid {
                 variable: name.to_owned(),
                 value: raw,
-                reason: "expected true or false".to_owned(),
+                reason: "expected true or false (or 1 and 0, yes and no, on and off)".to_owned(),
             }),
         }
     }
