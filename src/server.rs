@@ -37,9 +37,11 @@ use crate::http::{BoxError, HttpResponse, Request, TrustedProxies, host_fault};
 use crate::routing::{ConnectionRouter, RouteError, Router, panicked};
 use crate::ws::Sessions;
 
+mod body_timeout;
 mod connection;
 mod idle;
 
+use body_timeout::Timed;
 use idle::{Activity, IdleWatch};
 
 /// How long a graceful shutdown waits for open connections to finish.
@@ -71,7 +73,10 @@ pub enum ServerError {
 /// with nothing in flight, is dropped within a period more. A connection
 /// counts as busy while its answers go out, so a large answer read slowly
 /// is not cut; a client that makes no room for any of its answer for two
-/// periods (it stopped reading) is dropped.
+/// periods (it stopped reading) is dropped. A request body that a handler
+/// reads is bounded the same way: no part of it for this long ends it with
+/// [`BodyTimeout`](crate::http::BodyTimeout), which a reader answers with
+/// 408.
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest [`Server::header_read_timeout`] kept; a longer one waits for
@@ -251,6 +256,7 @@ impl Server {
                     let router = Arc::new(ConnectionRouter(router.clone()));
                     let activity = Activity::default();
                     let io = TokioIo::new(activity.watch(stream));
+                    let period = self.header_read_timeout;
                     let idle = self
                         .header_read_timeout
                         .map(|period| IdleWatch::new(activity.clone(), period));
@@ -263,7 +269,12 @@ impl Server {
                         // Prepared and matched when hyper hands the request
                         // over (inside the connection's scope), so that the
                         // future holds the chain's future and nothing beside.
-                        let request = prepare(req, Some(peer));
+                        let request = match period {
+                            Some(period) => {
+                                prepare(req.map(|body| Timed::new(body, period)), Some(peer))
+                            }
+                            None => prepare(req, Some(peer)),
+                        };
                         let router = router.clone();
                         let answer =
                             catching_panics(|| Router::dispatch_handled(router, request));

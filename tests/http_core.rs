@@ -805,6 +805,75 @@ async fn a_header_read_timeout_past_the_clocks_end_waits_for_ever() {
     server.stop().await;
 }
 
+/// A client that sends part of a body and then nothing gets 408 Request
+/// Timeout once a header read timeout passes with no part of it, and the
+/// place a `connections_per_ip` cap gave it comes back; a client that
+/// sends its body slowly, a part within each period, is read whole.
+#[tokio::test]
+async fn a_body_that_stops_coming_gets_408_and_one_that_keeps_coming_is_read() {
+    use std::time::{Duration, Instant};
+    use suprnova::rate_limit::RateLimitMiddleware;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let period = Duration::from_millis(300);
+    let cap = RateLimitMiddleware::connections_per_ip(10);
+    let router = Router::new()
+        .post("/echo", |mut req: Request| async move {
+            match req.bytes().await {
+                Ok(body) => HttpResponse::text(format!("{} bytes", body.len())),
+                Err(e) => e.to_response(),
+            }
+        })
+        .middleware(cap.clone());
+    let server = suprnova::server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .header_read_timeout(Some(period));
+    let addr = server.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
+        let _ = stopped.await;
+    }));
+    let head = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nConnection: close\r\n\r\n";
+
+    // Stops after 4 of 10 bytes.
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stalled.write_all(head).await.unwrap();
+    stalled.write_all(b"abcd").await.unwrap();
+    let sent = Instant::now();
+    let mut reply = String::new();
+    let read =
+        tokio::time::timeout(Duration::from_secs(5), stalled.read_to_string(&mut reply)).await;
+    assert!(read.is_ok(), "no answer to a body that stopped coming");
+    let waited = sent.elapsed();
+    assert!(
+        reply.starts_with("HTTP/1.1 408 Request Timeout\r\n"),
+        "{reply:?}"
+    );
+    assert!(reply.ends_with("\r\n\r\n408 Request Timeout"), "{reply:?}");
+    assert!(
+        waited >= period && waited < period * 3,
+        "answered after {waited:?}"
+    );
+    assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 0);
+
+    // A byte every 100 ms: the body takes over three periods.
+    let mut slow = tokio::net::TcpStream::connect(addr).await.unwrap();
+    slow.write_all(head).await.unwrap();
+    for byte in b"0123456789" {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        slow.write_all(&[*byte]).await.unwrap();
+    }
+    let mut reply = String::new();
+    slow.read_to_string(&mut reply).await.unwrap();
+    assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply:?}");
+    assert!(reply.ends_with("\r\n\r\n10 bytes"), "{reply:?}");
+
+    stop.send(()).unwrap();
+    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+}
+
 /// The size of `GET /big`'s body.
 const BIG: usize = 8 << 20;
 

@@ -1,6 +1,8 @@
 //! The request body: streamed from the connection, read on demand with a byte
 //! cap, and kept once read so the next reader sees the same bytes.
 
+use std::time::Duration;
+
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
@@ -27,12 +29,26 @@ pub enum BodyError {
     Consumed,
 }
 
+/// Why the server ended a request's body: its client sent no part of it for
+/// `period` (the server's header read timeout) while it was read. It is the
+/// source of the [`BodyError::Read`] a reader gets, answered with 408.
+#[derive(Debug, thiserror::Error)]
+#[error("the client sent no part of the request body for {period:?}")]
+pub struct BodyTimeout {
+    /// How long the client sent nothing.
+    pub period: Duration,
+}
+
 impl BodyError {
     /// The answer a server gives to this error: 413 for a body over the cap,
-    /// 400 otherwise.
+    /// 408 for one whose client stopped sending it ([`BodyTimeout`]), 400
+    /// otherwise.
     pub fn to_response(&self) -> HttpResponse {
         match self {
             BodyError::TooLarge { .. } => HttpResponse::text("413 Payload Too Large").status(413),
+            BodyError::Read(e) if e.is::<BodyTimeout>() => {
+                HttpResponse::text("408 Request Timeout").status(408)
+            }
             BodyError::Read(_) | BodyError::Consumed => {
                 HttpResponse::text("400 Bad Request").status(400)
             }

@@ -9,7 +9,7 @@ mod proxies;
 mod request;
 mod response;
 
-pub use body::{BodyError, BoxError};
+pub use body::{BodyError, BodyTimeout, BoxError};
 pub(crate) use host::host_fault;
 pub use proxies::{TrustedProxies, TrustedProxiesError};
 pub use request::{AuthenticatedUser, Request};
