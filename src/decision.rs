@@ -83,8 +83,15 @@ impl Decision {
     /// assert_eq!(refused.reset_at, Some(1_061));
     /// ```
     pub fn refused_under_zero(window: Duration, now_unix_nanos: u64) -> Self {
+        Self::refused_for_a_window(0, window, now_unix_nanos)
+    }
+
+    /// A refusal under `limit` that no bucket's count decided, and that a
+    /// whole `window` from `now_unix_nanos` is as good a time to come back
+    /// after as any: `Retry-After` the window, `X-RateLimit-Reset` its end.
+    pub(crate) fn refused_for_a_window(limit: u64, window: Duration, now_unix_nanos: u64) -> Self {
         let reset = secs_rounded_up(Duration::from_nanos(now_unix_nanos).saturating_add(window));
-        Self::refused(0, window).with_reset_at(i64::try_from(reset).unwrap_or(i64::MAX))
+        Self::refused(limit, window).with_reset_at(i64::try_from(reset).unwrap_or(i64::MAX))
     }
 
     /// Sets when the bucket reopens, in Unix seconds.

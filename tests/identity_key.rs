@@ -614,6 +614,14 @@ async fn a_request_naming_many_mailboxes_is_refused_and_spends_none_of_them() {
         assert_eq!(r.body_text(), "429 Too Many Requests");
         assert_eq!(r.header_str("retry-after"), Some("900"));
         assert_eq!(r.header_str("x-ratelimit-limit"), Some("3"));
+        assert_eq!(r.header_str("x-ratelimit-remaining"), Some("0"));
+        // The window's end, on the system clock.
+        let reset: u64 = r.header_str("x-ratelimit-reset").unwrap().parse().unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert!((now + 900..=now + 901).contains(&reset), "{reset} at {now}");
     }
     // Three in the query and the body together are as many.
     let r = route

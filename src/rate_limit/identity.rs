@@ -41,7 +41,8 @@ use crate::keys::sha256_hex;
 /// - More than two different identities: the key is `<namespace>:ambiguous`
 ///   too, but inside a [`RateLimitMiddleware`](super::RateLimitMiddleware)
 ///   key function the request is refused with `429` (`Retry-After` the
-///   whole window) and counted against no bucket, the backend not asked.
+///   whole window, `X-RateLimit-Reset` its end) and counted against no
+///   bucket, the backend not asked.
 ///   Counting it against each mailbox it names would let one host, well
 ///   inside its own per-address budget, spend the budgets of hundreds of
 ///   mailboxes with one request (and make a round trip for each); counting
@@ -162,8 +163,59 @@ fn body_values(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<Stri
 ///
 /// Parsers differ at the edges, so each reading one may make is tried: the
 /// first `boundary` parameter and the last, and a quoted value with its
-/// backslash escapes undone (RFC 9110) and as written.
+/// backslash escapes undone (RFC 9110) and as written; and the reading of
+/// a parser that takes a quoted value up to the next quote, a backslash
+/// and all (the `mime` crate's, which multer and axum's `Multipart` use:
+/// `boundary="a\"; charset=utf-8` is `a\` to it, where RFC 9110 reads the
+/// rest of the header as the value).
 fn labelled_boundaries(content_type: &str) -> Vec<Vec<u8>> {
+    let mut boundaries = quoted_string_boundaries(content_type);
+    for boundary in up_to_next_quote_boundaries(content_type) {
+        if !boundaries.contains(&boundary) {
+            boundaries.push(boundary);
+        }
+    }
+    boundaries
+}
+
+/// The first and last `boundary` of a `multipart/*` `Content-Type` read
+/// with no escapes: the header split at each `;`, and a value that opens
+/// with a quote taken up to the next quote.
+fn up_to_next_quote_boundaries(content_type: &str) -> Vec<Vec<u8>> {
+    let mut params = content_type.split(';');
+    let multipart = params
+        .next()
+        .and_then(|kind| kind.trim().get(..10))
+        .is_some_and(|kind| kind.eq_ignore_ascii_case("multipart/"));
+    if !multipart {
+        return Vec::new();
+    }
+    let given: Vec<&str> = params
+        .filter_map(|param| {
+            let (key, value) = param.split_once('=')?;
+            if !key.trim().eq_ignore_ascii_case("boundary") {
+                return None;
+            }
+            let value = value.trim();
+            Some(match value.strip_prefix('"') {
+                Some(quoted) => quoted.split('"').next().unwrap_or(quoted),
+                None => value,
+            })
+        })
+        .collect();
+    let mut boundaries: Vec<Vec<u8>> = Vec::new();
+    for value in given.first().into_iter().chain(given.last()) {
+        if !value.is_empty() && !boundaries.iter().any(|b| b == value.as_bytes()) {
+            boundaries.push(value.as_bytes().to_vec());
+        }
+    }
+    boundaries
+}
+
+/// The first and last `boundary` of a `multipart/*` `Content-Type` read as
+/// RFC 9110 reads a parameter: quoted-strings honoured, with their escapes
+/// undone and as written.
+fn quoted_string_boundaries(content_type: &str) -> Vec<Vec<u8>> {
     let mut params = parameters(content_type);
     let multipart = params
         .next()
@@ -585,20 +637,32 @@ victim@example.com\r\n\
         );
         // A `;` inside quotes is part of the value, and a `boundary=` inside
         // another parameter's quotes is not a parameter.
+        // (Read with no regard for quotes, as a naive parser would, the
+        // decoy and `a` are tried too.)
         assert_eq!(
             labelled_boundaries(r#"multipart/form-data; note="; boundary=decoy"; boundary="a;b""#),
-            vec![b"a;b".to_vec()]
+            vec![b"a;b".to_vec(), b"decoy\"".to_vec(), b"a".to_vec()]
         );
-        // Escapes undone and as written; the first repeat and the last.
+        // Escapes undone and as written, and up to the next quote; the
+        // first repeat and the last.
         assert_eq!(
             labelled_boundaries(r#"multipart/mixed; boundary="q\"t""#),
-            vec![b"q\"t".to_vec(), b"q\\\"t".to_vec()]
+            vec![b"q\"t".to_vec(), b"q\\\"t".to_vec(), b"q\\".to_vec()]
         );
         assert_eq!(
             labelled_boundaries("multipart/form-data; boundary=one; boundary=two; boundary=three"),
             vec![b"one".to_vec(), b"three".to_vec()]
         );
         assert!(labelled_boundaries("multipart/form-data; boundary=\"\"").is_empty());
+        // The `mime` crate's reading (multer's, axum's): a quoted value ends
+        // at the next quote, the backslash kept, so the boundary is `a\`.
+        let label = r#"multipart/form-data; boundary="a\"; charset=utf-8"#;
+        assert!(labelled_boundaries(label).contains(&b"a\\".to_vec()));
+        let body = b"--a\\\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\nvictim@mail.test\r\n--a\\--\r\n";
+        assert_eq!(
+            body_values(body, Some(label), "email"),
+            vec!["victim@mail.test"]
+        );
         assert!(labelled_boundaries("text/plain; boundary=x").is_empty());
     }
 

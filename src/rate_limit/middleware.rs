@@ -10,6 +10,7 @@ use super::identity::with_named_buckets;
 use super::{
     BackendErrorPolicy, ConnectionsPerIp, RateLimitError, RateLimiterDriver, SlidingWindowConfig,
 };
+use crate::clock::{Clock, SystemClock};
 use crate::container::App;
 use crate::decision::{Decision, RETRY_AFTER_HEADER};
 use crate::http::HttpResponse;
@@ -394,7 +395,11 @@ impl Middleware for RateLimitMiddleware {
             }
             // It will never be admitted: the whole window is as good a time
             // to come back as any.
-            let refused = Decision::refused(self.config.max_requests.into(), self.config.window);
+            let refused = Decision::refused_for_a_window(
+                self.config.max_requests.into(),
+                self.config.window,
+                SystemClock.unix_nanos(),
+            );
             return Err(refused.too_many_requests(TOO_MANY_REQUESTS_BODY));
         };
         match self.decide(&key, &others).await {
