@@ -760,8 +760,8 @@ async fn a_large_answer_read_slowly_arrives_whole_over_http1_and_http2() {
 }
 
 /// A client that stops reading its answer is dropped once the answer has
-/// not moved for a period, and the period after (the connection is first
-/// asked to close, then dropped): it does not hold the connection for ever.
+/// waited for it, without a byte going out, for two periods: it does not
+/// hold the connection for ever.
 #[tokio::test]
 async fn a_client_that_stops_reading_its_answer_is_dropped() {
     use std::time::Duration;

@@ -133,7 +133,7 @@ async fn lets_119_through(url: &str) {
         assert_eq!(late.retry_after, set(&["1".into()]));
         assert_eq!(late.reset, set(&[(s + 60).to_string()]));
 
-        until(s, 60_300).await;
+        until(s, 60_600).await;
         let next = tally(&burst(&http, "/api", 61).await);
         assert_eq!((next.admitted, next.refused), (60, 1));
         assert_eq!(next.remaining, (0..60).collect::<Vec<_>>());
@@ -187,7 +187,7 @@ async fn counts_down(url: &str) {
                 .unwrap(),
             60
         );
-        until(s, 60_300).await;
+        until(s, 60_600).await;
         let obeyed = tally(&burst(&http, "/api", 40).await);
         assert_eq!((obeyed.admitted, obeyed.refused), (40, 0));
         assert_eq!(obeyed.remaining, (20..60).collect::<Vec<_>>());
@@ -225,7 +225,7 @@ async fn pair_ten(url: &str) {
         let _ = RateLimiter::attempts("warm").await.unwrap();
         let s = align(200).await;
         let before = burst(&http, "/api", 60).await;
-        until(s, 1_350).await;
+        until(s, 1_700).await;
         let after = burst(&http, "/api", 60).await;
         let ok = |v: &[Reply]| v.iter().filter(|r| r.status == 200).count();
         assert_eq!((ok(&before), ok(&after)), (5, 5), "not 119");
@@ -278,9 +278,10 @@ async fn cluster_facade_twenty_connections_admit_exactly_100() {
 }
 
 /// Seed 000/002's bunched traffic through the sliding log, scaled to 10 per
-/// 2 s on real Redis time: 1 at 0, 10 at 1.9 s (9 through), 10 at 2.1 s
+/// 2 s on real Redis time: 1 at 0, 10 at 1.6 s (9 through), 10 at 2.2 s
 /// (exactly 1 through, the opener's place): N + 1 = 11 in all, never more
-/// than 10 in any window. Then seed 001 scenario A with no opener: 10.
+/// than 10 in any window. Each step keeps 400 ms or more from the window
+/// edge it must fall beside, for a loaded machine's late wake-ups. Then seed 001 scenario A with no opener: 10.
 async fn bunched_on(driver: Arc<dyn RateLimiterDriver>) {
     let cfg = SlidingWindowConfig::new(10, Duration::from_secs(2));
     driver.acquire("warm", &cfg).await.unwrap();
@@ -288,7 +289,7 @@ async fn bunched_on(driver: Arc<dyn RateLimiterDriver>) {
     let start = tokio::time::Instant::now();
     assert!(driver.acquire("k", &cfg).await.unwrap().allowed);
     admitted += 1;
-    tokio::time::sleep_until(start + Duration::from_millis(1_900)).await;
+    tokio::time::sleep_until(start + Duration::from_millis(1_600)).await;
     let mut late = 0;
     let mut refused = None;
     for _ in 0..10 {
@@ -302,9 +303,9 @@ async fn bunched_on(driver: Arc<dyn RateLimiterDriver>) {
     assert_eq!(late, 9);
     let refused = refused.unwrap();
     let wait = refused.retry_after.unwrap();
-    assert!(wait <= Duration::from_millis(100), "{wait:?}");
+    assert!(wait <= Duration::from_millis(400), "{wait:?}");
     assert_eq!(refused.retry_after_secs(), Some(1));
-    tokio::time::sleep_until(start + Duration::from_millis(2_150)).await;
+    tokio::time::sleep_until(start + Duration::from_millis(2_200)).await;
     let mut next = 0;
     for _ in 0..10 {
         next += usize::from(driver.acquire("k", &cfg).await.unwrap().allowed);
