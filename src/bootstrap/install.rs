@@ -169,7 +169,11 @@ mod redis {
     /// `SELECT` is an `ERR` whose detail is the server's (`DB index is out
     /// of range`, or `Authentication required.` when the password is
     /// missing). A cluster's client that could connect to no node reports
-    /// the last node's refusal as the detail of an `Io` error.
+    /// the last node's refusal as the detail of an `Io` error. redis-rs
+    /// makes any error answer to `AUTH` `AuthenticationFailed`, without the
+    /// server's word: Redis answers `AUTH` while it loads and while a
+    /// master is down, but a proxy that answers it with a passing error is
+    /// refused here too (docs/deployment.md says so).
     fn refused(error: &RedisBackendError) -> Option<Refused> {
         let RedisBackendError::Redis(error) = error else {
             return None;
