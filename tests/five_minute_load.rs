@@ -22,7 +22,7 @@ use hyper_util::client::legacy::Client as HttpClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use support::http::{Reply, TestServer, Transport};
-use support::load::{CLIENTS, Client, arrivals, total};
+use support::load::{CLIENTS, Client, arrivals, every_arrival, total};
 use suprnova::clock::{Clock, FakeClock};
 use suprnova::container::App;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
@@ -141,14 +141,7 @@ async fn middleware_cuts(limit: u32, transport: Transport) -> Vec<u32> {
             .middleware(RateLimitMiddleware::ip_based(limit, MINUTE));
         let via = Via::start(transport, router).await;
 
-        // Every request of the five minutes, in the order it arrives; the
-        // sort is stable, so a tie keeps the order of the clients.
-        let mut load: Vec<(Duration, usize)> = CLIENTS
-            .iter()
-            .enumerate()
-            .flat_map(|(i, c)| arrivals(c.profile).map(move |at| (at, i)))
-            .collect();
-        load.sort_by_key(|&(at, _)| at);
+        let load = every_arrival();
 
         let start = clock.now_utc();
         let limit_header = limit.to_string();

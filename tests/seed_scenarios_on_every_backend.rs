@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::future::join_all;
 use support::clock_at;
-use support::http::{Reply, TestServer};
+use support::http::{Reply, TestServer, tally};
 use support::redis::{RedisCluster, RedisServer, connect};
 use support::unique_prefix;
 use suprnova::cache::RedisStore;
@@ -59,41 +59,6 @@ async fn until(s: u64, ms: u64) {
 
 async fn burst(server: &TestServer, path: &str, n: usize) -> Vec<Reply> {
     join_all((0..n).map(|_| server.get(path))).await
-}
-
-#[derive(Debug, Default)]
-struct Tally {
-    admitted: usize,
-    refused: usize,
-    retry_after: BTreeSet<String>,
-    reset: BTreeSet<String>,
-    remaining: Vec<i64>,
-}
-
-fn tally(replies: &[Reply]) -> Tally {
-    let mut t = Tally::default();
-    for r in replies {
-        match r.status {
-            200 => {
-                t.admitted += 1;
-                t.remaining
-                    .push(r.header("x-ratelimit-remaining").unwrap().parse().unwrap());
-                // Seed 001: Retry-After and X-RateLimit-Reset only when blocked.
-                assert_eq!(r.header("retry-after"), None);
-                assert_eq!(r.header("x-ratelimit-reset"), None);
-            }
-            429 => {
-                t.refused += 1;
-                t.retry_after
-                    .insert(r.header("retry-after").unwrap().to_owned());
-                t.reset
-                    .insert(r.header("x-ratelimit-reset").unwrap().to_owned());
-            }
-            other => panic!("unexpected status {other}: {}", r.body),
-        }
-    }
-    t.remaining.sort_unstable();
-    t
 }
 
 fn set(values: &[String]) -> BTreeSet<String> {
@@ -349,19 +314,14 @@ async fn five_minute_load_through_throttle_600_1() {
     use bytes::Bytes;
     use http_body_util::Full;
     use std::net::SocketAddr;
-    use support::load::{CLIENTS, arrivals, total};
+    use support::load::{CLIENTS, every_arrival, total};
     use suprnova::server::handle_request_with_peer;
 
     let clock = clock_at(12, 0, 0);
     let app = memory_app(&clock);
     app.scope(async {
         let router = ok_routes(&["/load"]).middleware_named("throttle:600,1");
-        let mut load: Vec<(Duration, usize)> = CLIENTS
-            .iter()
-            .enumerate()
-            .flat_map(|(i, c)| arrivals(c.profile).map(move |at| (at, i)))
-            .collect();
-        load.sort_by_key(|&(at, _)| at);
+        let load = every_arrival();
         let start = clock.now_utc();
         let mut refused = vec![0u32; CLIENTS.len()];
         for (at, i) in load {

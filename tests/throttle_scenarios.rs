@@ -20,7 +20,7 @@ use bytes::Bytes;
 use futures_util::future::join_all;
 use http_body_util::Full;
 use support::clock_at;
-use support::http::{Reply, TestServer, Transport};
+use support::http::{Reply, Tally, TestServer, Transport};
 use suprnova::clock::Clock;
 use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, Limit, RateLimiter, Router};
@@ -132,41 +132,18 @@ both_ways!(
     refused_requests_are_not_counted,
 );
 
-/// What a batch of responses says: how many were admitted, the
-/// `Retry-After` and `X-RateLimit-Reset` of the refused ones, and the
-/// `X-RateLimit-Remaining` of the admitted ones.
-#[derive(Debug, Default)]
-struct Tally {
-    admitted: usize,
-    refused: usize,
-    retry_after: BTreeSet<String>,
-    reset: BTreeSet<String>,
-    remaining: Vec<i64>,
-}
-
+/// [`support::http::tally`] of a batch of `throttle:60,1` replies, whose
+/// refusals are Laravel's.
 fn tally(replies: &[Reply]) -> Tally {
-    let mut t = Tally::default();
-    for r in replies {
-        match r.status {
-            200 => {
-                t.admitted += 1;
-                let remaining = r.header("x-ratelimit-remaining").unwrap();
-                t.remaining.push(remaining.parse().unwrap());
-            }
-            429 => {
-                t.refused += 1;
-                assert_eq!(r.body, "Too Many Attempts.");
-                assert_eq!(r.header("x-ratelimit-remaining"), Some("0"));
-                t.retry_after
-                    .insert(r.header("retry-after").unwrap().to_owned());
-                t.reset
-                    .insert(r.header("x-ratelimit-reset").unwrap().to_owned());
-            }
-            other => panic!("unexpected status {other}: {}", r.body),
-        }
-        assert_eq!(r.header("x-ratelimit-limit"), Some("60"));
-    }
-    t.remaining.sort_unstable();
+    let t = support::http::tally(replies);
+    assert!(
+        t.refusal_bodies
+            .iter()
+            .all(|body| body == "Too Many Attempts."),
+        "{:?}",
+        t.refusal_bodies
+    );
+    assert!(t.limits.iter().all(|limit| limit == "60"), "{:?}", t.limits);
     t
 }
 

@@ -178,16 +178,18 @@ fn labelled_boundaries(content_type: &str) -> Vec<Vec<u8>> {
     boundaries
 }
 
+/// Whether a `Content-Type`'s media type is `multipart/*`.
+fn is_multipart(kind: Option<&str>) -> bool {
+    kind.and_then(|kind| kind.trim().get(..10))
+        .is_some_and(|kind| kind.eq_ignore_ascii_case("multipart/"))
+}
+
 /// The first and last `boundary` of a `multipart/*` `Content-Type` read
 /// with no escapes: the header split at each `;`, and a value that opens
 /// with a quote taken up to the next quote.
 fn up_to_next_quote_boundaries(content_type: &str) -> Vec<Vec<u8>> {
     let mut params = content_type.split(';');
-    let multipart = params
-        .next()
-        .and_then(|kind| kind.trim().get(..10))
-        .is_some_and(|kind| kind.eq_ignore_ascii_case("multipart/"));
-    if !multipart {
+    if !is_multipart(params.next()) {
         return Vec::new();
     }
     let given: Vec<&str> = params
@@ -217,11 +219,7 @@ fn up_to_next_quote_boundaries(content_type: &str) -> Vec<Vec<u8>> {
 /// undone and as written.
 fn quoted_string_boundaries(content_type: &str) -> Vec<Vec<u8>> {
     let mut params = parameters(content_type);
-    let multipart = params
-        .next()
-        .and_then(|kind| kind.trim().get(..10))
-        .is_some_and(|kind| kind.eq_ignore_ascii_case("multipart/"));
-    if !multipart {
+    if !is_multipart(params.next()) {
         return Vec::new();
     }
     let given: Vec<&str> = params

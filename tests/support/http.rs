@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
 
 use bytes::Bytes;
@@ -60,6 +61,53 @@ impl Reply {
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|v| v.to_str().ok())
     }
+}
+
+/// What a batch of replies from a limited route says: how many were
+/// admitted and refused, the `Retry-After` and `X-RateLimit-Reset` of the
+/// refused ones, the `X-RateLimit-Remaining` of the admitted ones (sorted),
+/// and every refusal's body and every reply's `X-RateLimit-Limit`.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub admitted: usize,
+    pub refused: usize,
+    pub retry_after: BTreeSet<String>,
+    pub reset: BTreeSet<String>,
+    pub remaining: Vec<i64>,
+    pub refusal_bodies: BTreeSet<String>,
+    pub limits: BTreeSet<String>,
+}
+
+/// Tallies `replies`, each a 200 or a 429; asserts what every limiter's
+/// replies carry: `Retry-After` and `X-RateLimit-Reset` on a refusal only,
+/// and `X-RateLimit-Remaining: 0` on it.
+pub fn tally(replies: &[Reply]) -> Tally {
+    let mut t = Tally::default();
+    for r in replies {
+        match r.status {
+            200 => {
+                t.admitted += 1;
+                let remaining = r.header("x-ratelimit-remaining").unwrap();
+                t.remaining.push(remaining.parse().unwrap());
+                assert_eq!(r.header("retry-after"), None);
+                assert_eq!(r.header("x-ratelimit-reset"), None);
+            }
+            429 => {
+                t.refused += 1;
+                assert_eq!(r.header("x-ratelimit-remaining"), Some("0"));
+                t.retry_after
+                    .insert(r.header("retry-after").unwrap().to_owned());
+                t.reset
+                    .insert(r.header("x-ratelimit-reset").unwrap().to_owned());
+                t.refusal_bodies.insert(r.body.clone());
+            }
+            other => panic!("unexpected status {other}: {}", r.body),
+        }
+        t.limits
+            .insert(r.header("x-ratelimit-limit").unwrap().to_owned());
+    }
+    t.remaining.sort_unstable();
+    t
 }
 
 impl TestServer {

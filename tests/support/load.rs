@@ -79,3 +79,16 @@ pub fn arrivals(profile: Profile) -> impl Iterator<Item = Duration> {
             .map(move |k| Duration::from_millis(u64::from(t) * 1_000 + u64::from(k * 1_000 / rate)))
     })
 }
+
+/// Every request of the five minutes, each with the index of its client in
+/// [`CLIENTS`], in the order they arrive; a tie keeps the order of the
+/// clients (the sort is stable).
+pub fn every_arrival() -> Vec<(Duration, usize)> {
+    let mut load: Vec<(Duration, usize)> = CLIENTS
+        .iter()
+        .enumerate()
+        .flat_map(|(i, c)| arrivals(c.profile).map(move |at| (at, i)))
+        .collect();
+    load.sort_by_key(|&(at, _)| at);
+    load
+}
