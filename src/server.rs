@@ -73,10 +73,12 @@ pub enum ServerError {
 /// with nothing in flight, is dropped within a period more. A connection
 /// counts as busy while its answers go out, so a large answer read slowly
 /// is not cut; a client that makes no room for any of its answer for two
-/// periods (it stopped reading) is dropped. A request body that a handler
-/// reads is bounded the same way: no part of it for this long ends it with
-/// [`BodyTimeout`](crate::http::BodyTimeout), which a reader answers with
-/// 408.
+/// periods (it stopped reading) is dropped. An HTTP/1 request body that a
+/// handler reads is bounded the same way: no part of it for this long ends
+/// it with [`BodyTimeout`](crate::http::BodyTimeout), which a reader
+/// answers with 408. (An HTTP/2 body is not: when its client may send is
+/// the server's flow control's to say, and other streams may have filled
+/// the connection's window.)
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest [`Server::header_read_timeout`] kept; a longer one waits for
@@ -269,11 +271,14 @@ impl Server {
                         // Prepared and matched when hyper hands the request
                         // over (inside the connection's scope), so that the
                         // future holds the chain's future and nothing beside.
+                        // An HTTP/1 body is timed; an HTTP/2 one is not: the
+                        // server's flow-control windows, which other streams
+                        // may fill, decide when its client may send.
                         let request = match period {
-                            Some(period) => {
+                            Some(period) if req.version() < http::Version::HTTP_2 => {
                                 prepare(req.map(|body| Timed::new(body, period)), Some(peer))
                             }
-                            None => prepare(req, Some(peer)),
+                            _ => prepare(req, Some(peer)),
                         };
                         let router = router.clone();
                         let answer =

@@ -874,6 +874,66 @@ async fn a_body_that_stops_coming_gets_408_and_one_that_keeps_coming_is_read() {
     assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
 }
 
+/// An HTTP/2 body whose client cannot send because another stream filled
+/// the connection's flow-control window is not timed out: on one
+/// connection, 1.5 MiB to a handler that reads it after 2 s (more than the
+/// server's 1 MiB window), then 10 bytes to a handler that reads at once,
+/// with a 300 ms header read timeout. Both are read whole.
+#[tokio::test]
+async fn an_http2_body_held_back_by_the_servers_window_is_not_timed_out() {
+    use http_body_util::BodyExt;
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    use std::time::Duration;
+
+    let read = |mut req: Request| async move {
+        match req.bytes().await {
+            Ok(body) => HttpResponse::text(format!("{} bytes", body.len())),
+            Err(e) => e.to_response(),
+        }
+    };
+    let router = Router::new()
+        .post("/late", move |req: Request| async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            read(req).await
+        })
+        .post("/echo", read);
+    let server = suprnova::server::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .header_read_timeout(Some(Duration::from_millis(300)));
+    let addr = server.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
+        let _ = stopped.await;
+    }));
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let ask = |mut sender: hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+               path: &'static str,
+               body: Vec<u8>| async move {
+        let request = http::Request::post(format!("http://{addr}{path}"))
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        sender.ready().await.unwrap();
+        let response = sender.send_request(request).await.unwrap();
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, String::from_utf8_lossy(&body).into_owned())
+    };
+    let large = tokio::spawn(ask(sender.clone(), "/late", vec![b'a'; 3 << 19]));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let small = ask(sender.clone(), "/echo", b"0123456789".to_vec()).await;
+    assert_eq!(small, (200, "10 bytes".to_owned()));
+    assert_eq!(large.await.unwrap(), (200, format!("{} bytes", 3 << 19)));
+    stop.send(()).unwrap();
+    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
+    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+}
+
 /// The size of `GET /big`'s body.
 const BIG: usize = 8 << 20;
 
