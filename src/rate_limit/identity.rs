@@ -10,7 +10,7 @@ use unicode_normalization::UnicodeNormalization;
 
 use super::address_key::address_key;
 use crate::Request;
-use crate::keys::sha256_hex;
+use crate::keys::{percent_decoded, sha256_hex};
 
 /// The bucket key of the identity a request names in `field`.
 ///
@@ -167,7 +167,9 @@ fn body_values(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<Stri
 /// a parser that takes a quoted value up to the next quote, a backslash
 /// and all (the `mime` crate's, which multer and axum's `Multipart` use:
 /// `boundary="a\"; charset=utf-8` is `a\` to it, where RFC 9110 reads the
-/// rest of the header as the value).
+/// rest of the header as the value); and RFC 2231's extended form
+/// (`boundary*=utf-8''a%21b`, or numbered parts), which Go's and Python's
+/// parsers read.
 fn labelled_boundaries(content_type: &str) -> Vec<Vec<u8>> {
     let mut boundaries = quoted_string_boundaries(content_type);
     for boundary in up_to_next_quote_boundaries(content_type) {
@@ -186,7 +188,8 @@ fn is_multipart(kind: Option<&str>) -> bool {
 
 /// The first and last `boundary` of a `multipart/*` `Content-Type` read
 /// with no escapes: the header split at each `;`, and a value that opens
-/// with a quote taken up to the next quote.
+/// with a quote taken up to the next quote; and the boundary of RFC 2231's
+/// extended form.
 fn up_to_next_quote_boundaries(content_type: &str) -> Vec<Vec<u8>> {
     let mut params = content_type.split(';');
     if !is_multipart(params.next()) {
@@ -200,7 +203,13 @@ fn up_to_next_quote_boundaries(content_type: &str) -> Vec<Vec<u8>> {
             }
             let value = value.trim();
             Some(match value.strip_prefix('"') {
-                Some(quoted) => quoted.split('"').next().unwrap_or(quoted),
+                // The `mime` crate's rule: the value ends at the first quote
+                // that is not its first character (`""x"` is `"x`), and one
+                // with no such quote is no value.
+                Some(quoted) => {
+                    let (end, _) = quoted.char_indices().skip(1).find(|&(_, c)| c == '"')?;
+                    &quoted[..end]
+                }
                 None => value,
             })
         })
@@ -211,7 +220,62 @@ fn up_to_next_quote_boundaries(content_type: &str) -> Vec<Vec<u8>> {
             boundaries.push(value.as_bytes().to_vec());
         }
     }
+    if let Some(extended) = extended_boundary(content_type)
+        && !boundaries.contains(&extended)
+    {
+        boundaries.push(extended);
+    }
     boundaries
+}
+
+/// The boundary given in RFC 2231's extended form, as Go's `mime` and
+/// Python's `email` read it: `boundary*=utf-8''a%21b` (a charset and a
+/// language, then the value percent-encoded), or split in numbered parts
+/// (`boundary*0=x; boundary*1*=%21`), joined in their order.
+fn extended_boundary(content_type: &str) -> Option<Vec<u8>> {
+    let decoded = |text: &str| {
+        percent_decoded(text, false)
+            .map_or_else(|| text.as_bytes().to_vec(), |t| t.into_owned().into_bytes())
+    };
+    // `charset'language'value`: the value.
+    let after_charset = |value: &str| value.splitn(3, '\'').nth(2).map(str::to_owned);
+    let mut whole = None;
+    let mut parts: Vec<(u32, Vec<u8>)> = Vec::new();
+    for param in content_type.split(';').skip(1) {
+        let Some((name, value)) = param.split_once('=') else {
+            continue;
+        };
+        let name = name.trim().to_ascii_lowercase();
+        let Some(rest) = name.strip_prefix("boundary*") else {
+            continue;
+        };
+        let value = value.trim();
+        if rest.is_empty() {
+            whole = after_charset(value).map(|v| decoded(&v));
+            continue;
+        }
+        let (number, encoded) = match rest.strip_suffix('*') {
+            Some(number) => (number, true),
+            None => (rest, false),
+        };
+        let Ok(number) = number.parse::<u32>() else {
+            continue;
+        };
+        let part = match (encoded, number) {
+            (true, 0) => after_charset(value)
+                .map(|v| decoded(&v))
+                .unwrap_or_default(),
+            (true, _) => decoded(value),
+            (false, _) => value.trim_matches('"').as_bytes().to_vec(),
+        };
+        parts.push((number, part));
+    }
+    if whole.is_some() {
+        return whole.filter(|boundary| !boundary.is_empty());
+    }
+    parts.sort_by_key(|&(number, _)| number);
+    let joined: Vec<u8> = parts.into_iter().flat_map(|(_, part)| part).collect();
+    (!joined.is_empty()).then_some(joined)
 }
 
 /// The first and last `boundary` of a `multipart/*` `Content-Type` read as
@@ -636,10 +700,10 @@ victim@example.com\r\n\
         // A `;` inside quotes is part of the value, and a `boundary=` inside
         // another parameter's quotes is not a parameter.
         // (Read with no regard for quotes, as a naive parser would, the
-        // decoy and `a` are tried too.)
+        // decoy is tried too; `"a` ends at no quote, and is no value.)
         assert_eq!(
             labelled_boundaries(r#"multipart/form-data; note="; boundary=decoy"; boundary="a;b""#),
-            vec![b"a;b".to_vec(), b"decoy\"".to_vec(), b"a".to_vec()]
+            vec![b"a;b".to_vec(), b"decoy\"".to_vec()]
         );
         // Escapes undone and as written, and up to the next quote; the
         // first repeat and the last.
@@ -662,6 +726,44 @@ victim@example.com\r\n\
             vec!["victim@mail.test"]
         );
         assert!(labelled_boundaries("text/plain; boundary=x").is_empty());
+    }
+
+    #[test]
+    fn every_parser_s_reading_of_a_label_finds_the_mailbox() {
+        // Each label with the body a parser that reads it that way splits
+        // by its boundary: the `mime` crate's `""x"` is `"x`; RFC 2231's
+        // extended form (Go's and Python's parsers) is `a!b`, and its
+        // numbered parts `xy`, the second body opening with a preamble.
+        let part = |boundary: &str, preamble: &str| {
+            format!(
+                "{preamble}--{boundary}\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\n\
+                 victim@mail.test\r\n--{boundary}--\r\n"
+            )
+        };
+        for (label, body) in [
+            (
+                r#"multipart/form-data; boundary=""x"; charset=utf-8"#,
+                part("\"x", ""),
+            ),
+            (
+                "multipart/form-data; boundary*=utf-8''a%21b",
+                part("a!b", ""),
+            ),
+            (
+                "multipart/form-data; boundary*0=x; boundary*1=y",
+                part("xy", "preamble\r\n"),
+            ),
+            (
+                "multipart/form-data; boundary*0*=utf-8''a%21; boundary*1=\"b\"",
+                part("a!b", "preamble\r\n"),
+            ),
+        ] {
+            assert_eq!(
+                body_values(body.as_bytes(), Some(label), "email"),
+                vec!["victim@mail.test"],
+                "{label}"
+            );
+        }
     }
 
     #[test]
