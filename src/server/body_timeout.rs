@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
+use tokio::runtime::Handle;
 use tokio::time::Sleep;
 
 use crate::http::{BodyTimeout, BoxError};
@@ -57,6 +58,11 @@ where
                 this.waiting = None;
                 Poll::Ready(frame.map(|frame| frame.map_err(Into::into)))
             }
+            // A body read outside the runtime (a thread of the handler's
+            // own) has no timer to arm, and waits as an untimed one does.
+            Poll::Pending if this.waiting.is_none() && Handle::try_current().is_err() => {
+                Poll::Pending
+            }
             Poll::Pending => {
                 let period = this.period;
                 let waiting = this
@@ -92,6 +98,29 @@ mod tests {
             Some((Ok::<_, BoxError>(Frame::data(Bytes::from(part))), parts))
         });
         StreamBody::new(Box::pin(stream))
+    }
+
+    #[test]
+    fn a_body_read_outside_the_runtime_waits_untimed() {
+        // Polled on a thread with no runtime: nothing arrived, no timer can
+        // be armed, and the read waits (it used to panic arming one).
+        // Nothing at the first read, a part at the second.
+        let mut reads = 0;
+        let stream = futures_util::stream::poll_fn(move |_| {
+            reads += 1;
+            match reads {
+                1 => Poll::Pending,
+                _ => Poll::Ready(Some(Ok::<_, BoxError>(Frame::data(Bytes::from("a"))))),
+            }
+        });
+        let mut timed = Timed::new(StreamBody::new(stream), Duration::from_secs(30));
+        let waker = futures_util::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert!(Pin::new(&mut timed).poll_frame(&mut cx).is_pending());
+        let Poll::Ready(Some(Ok(frame))) = Pin::new(&mut timed).poll_frame(&mut cx) else {
+            panic!("the part that came is read");
+        };
+        assert_eq!(frame.into_data().unwrap(), "a");
     }
 
     #[tokio::test(start_paused = true)]
