@@ -171,13 +171,43 @@ fn body_values(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<Stri
 /// (`boundary*=utf-8''a%21b`, or numbered parts), which Go's and Python's
 /// parsers read.
 fn labelled_boundaries(content_type: &str) -> Vec<Vec<u8>> {
-    let mut boundaries = quoted_string_boundaries(content_type);
-    for boundary in up_to_next_quote_boundaries(content_type) {
-        if !boundaries.contains(&boundary) {
-            boundaries.push(boundary);
+    if !is_multipart(content_type.split(';').next()) {
+        return Vec::new();
+    }
+    // RFC 9110: quoted-strings honoured, escapes undone and as written.
+    let quoted: Vec<&str> = parameters(content_type)
+        .skip(1)
+        .filter_map(|param| parameter(param, "boundary"))
+        .collect();
+    // The `mime` crate's: split at each `;`, a quoted value up to its next
+    // quote.
+    let up_to_quote: Vec<&str> = content_type
+        .split(';')
+        .skip(1)
+        .filter_map(up_to_next_quote)
+        .collect();
+    let mut candidates = Vec::new();
+    for value in first_and_last(&quoted) {
+        candidates.push(unescaped(value));
+        candidates.push(value.as_bytes().to_vec());
+    }
+    for value in first_and_last(&up_to_quote) {
+        candidates.push(value.as_bytes().to_vec());
+    }
+    candidates.extend(extended_boundary(content_type));
+    let mut boundaries: Vec<Vec<u8>> = Vec::new();
+    for candidate in candidates {
+        if !candidate.is_empty() && !boundaries.contains(&candidate) {
+            boundaries.push(candidate);
         }
     }
     boundaries
+}
+
+/// The first of `values` and the last: where parsers differ on a repeated
+/// parameter, one takes the first and another the last.
+fn first_and_last<'a>(values: &'a [&'a str]) -> impl Iterator<Item = &'a str> {
+    values.first().into_iter().chain(values.last()).copied()
 }
 
 /// Whether a `Content-Type`'s media type is `multipart/*`.
@@ -186,46 +216,23 @@ fn is_multipart(kind: Option<&str>) -> bool {
         .is_some_and(|kind| kind.eq_ignore_ascii_case("multipart/"))
 }
 
-/// The first and last `boundary` of a `multipart/*` `Content-Type` read
-/// with no escapes: the header split at each `;`, and a value that opens
-/// with a quote taken up to the next quote; and the boundary of RFC 2231's
-/// extended form.
-fn up_to_next_quote_boundaries(content_type: &str) -> Vec<Vec<u8>> {
-    let mut params = content_type.split(';');
-    if !is_multipart(params.next()) {
-        return Vec::new();
+/// The value of a `boundary` parameter as the `mime` crate reads it: a
+/// value that opens with a quote ends at the first quote that is not its
+/// first character (`""x"` is `"x`), and one with no such quote is no value;
+/// no escape is undone.
+fn up_to_next_quote(param: &str) -> Option<&str> {
+    let (key, value) = param.split_once('=')?;
+    if !key.trim().eq_ignore_ascii_case("boundary") {
+        return None;
     }
-    let given: Vec<&str> = params
-        .filter_map(|param| {
-            let (key, value) = param.split_once('=')?;
-            if !key.trim().eq_ignore_ascii_case("boundary") {
-                return None;
-            }
-            let value = value.trim();
-            Some(match value.strip_prefix('"') {
-                // The `mime` crate's rule: the value ends at the first quote
-                // that is not its first character (`""x"` is `"x`), and one
-                // with no such quote is no value.
-                Some(quoted) => {
-                    let (end, _) = quoted.char_indices().skip(1).find(|&(_, c)| c == '"')?;
-                    &quoted[..end]
-                }
-                None => value,
-            })
-        })
-        .collect();
-    let mut boundaries: Vec<Vec<u8>> = Vec::new();
-    for value in given.first().into_iter().chain(given.last()) {
-        if !value.is_empty() && !boundaries.iter().any(|b| b == value.as_bytes()) {
-            boundaries.push(value.as_bytes().to_vec());
+    let value = value.trim();
+    Some(match value.strip_prefix('"') {
+        Some(quoted) => {
+            let (end, _) = quoted.char_indices().skip(1).find(|&(_, c)| c == '"')?;
+            &quoted[..end]
         }
-    }
-    if let Some(extended) = extended_boundary(content_type)
-        && !boundaries.contains(&extended)
-    {
-        boundaries.push(extended);
-    }
-    boundaries
+        None => value,
+    })
 }
 
 /// The boundary given in RFC 2231's extended form, as Go's `mime` and
@@ -276,28 +283,6 @@ fn extended_boundary(content_type: &str) -> Option<Vec<u8>> {
     parts.sort_by_key(|&(number, _)| number);
     let joined: Vec<u8> = parts.into_iter().flat_map(|(_, part)| part).collect();
     (!joined.is_empty()).then_some(joined)
-}
-
-/// The first and last `boundary` of a `multipart/*` `Content-Type` read as
-/// RFC 9110 reads a parameter: quoted-strings honoured, with their escapes
-/// undone and as written.
-fn quoted_string_boundaries(content_type: &str) -> Vec<Vec<u8>> {
-    let mut params = parameters(content_type);
-    if !is_multipart(params.next()) {
-        return Vec::new();
-    }
-    let given: Vec<&str> = params
-        .filter_map(|param| parameter(param, "boundary"))
-        .collect();
-    let mut boundaries: Vec<Vec<u8>> = Vec::new();
-    for value in given.first().into_iter().chain(given.last()) {
-        for boundary in [unescaped(value), value.as_bytes().to_vec()] {
-            if !boundary.is_empty() && !boundaries.contains(&boundary) {
-                boundaries.push(boundary);
-            }
-        }
-    }
-    boundaries
 }
 
 /// The `;`-separated parts of a header value, a `;` inside a quoted-string
