@@ -259,9 +259,7 @@ impl Server {
                     let activity = Activity::default();
                     let io = TokioIo::new(activity.watch(stream));
                     let period = self.header_read_timeout;
-                    let idle = self
-                        .header_read_timeout
-                        .map(|period| IdleWatch::new(activity.clone(), period));
+                    let idle = period.map(|period| IdleWatch::new(activity.clone(), period));
                     let service = service_fn(move |req: http::Request<Incoming>| {
                         let busy = activity.begin();
                         if let Some(fault) = host_fault(req.version(), req.headers()) {
