@@ -75,6 +75,28 @@ pub trait RateLimiterDriver: fmt::Debug + Send + Sync + 'static {
         config: &SlidingWindowConfig,
     ) -> Result<Option<Duration>, RateLimitError>;
 
+    /// The time this driver decides by, in nanoseconds since the Unix
+    /// epoch, where it can tell without asking anyone: the memory driver's
+    /// clock (a [`FakeClock`](crate::clock::FakeClock) in tests). `None`
+    /// (the default) from a backend whose time is kept elsewhere, as Redis
+    /// keeps its `TIME`; a caller that needs a time for a refusal no
+    /// backend was asked about then reads the system clock.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use suprnova::clock::FakeClock;
+    /// use suprnova::rate_limit::RateLimiterDriver;
+    /// use suprnova::rate_limit::memory::InMemoryRateLimiter;
+    ///
+    /// let clock = FakeClock::at_unix(1_000_000);
+    /// let limiter: Arc<dyn RateLimiterDriver> =
+    ///     Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
+    /// assert_eq!(limiter.unix_nanos_now(), Some(1_000_000_000_000_000));
+    /// ```
+    fn unix_nanos_now(&self) -> Option<u64> {
+        None
+    }
+
     /// A short name for logs: `memory`, `redis`.
     fn name(&self) -> &'static str;
 }

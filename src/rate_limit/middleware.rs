@@ -307,6 +307,18 @@ impl RateLimitMiddleware {
         }
     }
 
+    /// The driver's time where it keeps its own (the memory driver's
+    /// clock), else the system's: for a refusal no bucket was asked about.
+    fn now_unix_nanos(&self) -> u64 {
+        let driver_time = match &self.limiter {
+            LimiterSource::Given(limiter) => limiter.unix_nanos_now(),
+            LimiterSource::Installed => {
+                App::resolve_with::<dyn RateLimiterDriver, _>(|limiter| limiter?.unix_nanos_now())
+            }
+        };
+        driver_time.unwrap_or_else(|| SystemClock.unix_nanos())
+    }
+
     fn backend_failed(&self, error: &RateLimitError, request: &Request) -> Option<HttpResponse> {
         let path = request.path();
         if !error.is_backend() {
@@ -398,7 +410,7 @@ impl Middleware for RateLimitMiddleware {
             let refused = Decision::refused_for_a_window(
                 self.config.max_requests.into(),
                 self.config.window,
-                SystemClock.unix_nanos(),
+                self.now_unix_nanos(),
             );
             return Err(refused.too_many_requests(TOO_MANY_REQUESTS_BODY));
         };
@@ -454,5 +466,31 @@ mod tests {
         let d = combine(vec![Decision::allowed(3, 2), Decision::allowed(3, 0)]);
         assert!(d.allowed);
         assert_eq!(d.remaining, 0);
+    }
+
+    #[test]
+    fn a_refusal_no_bucket_was_asked_about_reads_the_drivers_clock() {
+        use crate::clock::FakeClock;
+        use crate::rate_limit::memory::InMemoryRateLimiter;
+
+        let clock = FakeClock::at_unix(1_000_000);
+        let memory: Arc<dyn RateLimiterDriver> =
+            Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
+        let config = SlidingWindowConfig::new(5, Duration::from_secs(60));
+        let given = RateLimitMiddleware::new(memory.clone(), config, |_| String::new());
+        assert_eq!(given.now_unix_nanos(), 1_000_000_000_000_000);
+
+        let installed =
+            RateLimitMiddleware::with_source(LimiterSource::Installed, config, |_| String::new());
+        let app = App::new();
+        app.install::<dyn RateLimiterDriver>(memory);
+        let entered = app.enter();
+        clock.advance(Duration::from_secs(7));
+        assert_eq!(installed.now_unix_nanos(), 1_000_007_000_000_000);
+        drop(entered);
+        // No driver installed: the system clock, decades past the fake one.
+        let empty = App::new();
+        let _current = empty.enter();
+        assert!(installed.now_unix_nanos() > 1_700_000_000_000_000_000);
     }
 }

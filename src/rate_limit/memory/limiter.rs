@@ -265,6 +265,10 @@ impl RateLimiterDriver for InMemoryRateLimiter {
         Some(self.acquire_now(key, config))
     }
 
+    fn unix_nanos_now(&self) -> Option<u64> {
+        Some(self.clock.unix_nanos())
+    }
+
     fn name(&self) -> &'static str {
         "memory"
     }
