@@ -1055,17 +1055,20 @@ async fn one_node_of_a_cluster_given_as_one_url_refuses_boot() {
     let cluster = RedisCluster::start(3);
     let one = format!("redis://127.0.0.1:{}", cluster.ports()[0]);
     let why = "is one node of a Redis Cluster (its INFO says cluster_enabled:1), which answers only for its own slots: every other key would get MOVED and go to the backend-error policy. List the cluster's nodes, comma-separated redis:// URLs, or write redis+cluster://host:port";
-    let (app, refused) = boot(&[
-        ("APP_ENV", "production"),
-        ("RATE_LIMIT_DRIVER", "redis"),
-        ("RATE_LIMIT_REDIS_URL", &one),
-    ])
-    .await;
-    assert_eq!(
-        refused.unwrap_err(),
-        format!("refusing to boot: RATE_LIMIT_REDIS_URL={one} {why}")
-    );
-    assert!(app.get::<dyn RateLimiterDriver>().is_none());
+    // With a database too: the node refuses to select it before the PING.
+    for url in [one.clone(), format!("{one}/1")] {
+        let (app, refused) = boot(&[
+            ("APP_ENV", "production"),
+            ("RATE_LIMIT_DRIVER", "redis"),
+            ("RATE_LIMIT_REDIS_URL", &url),
+        ])
+        .await;
+        assert_eq!(
+            refused.unwrap_err(),
+            format!("refusing to boot: RATE_LIMIT_REDIS_URL={url} {why}")
+        );
+        assert!(app.get::<dyn RateLimiterDriver>().is_none());
+    }
     // The cache store's Redis the same way, on the database it would ask
     // for (REDIS_CACHE_DB, 1 by default) and on the one its URL names.
     let port = cluster.ports()[0].to_string();
@@ -1091,6 +1094,133 @@ async fn one_node_of_a_cluster_given_as_one_url_refuses_boot() {
             "{pairs:?}"
         );
         assert!(app.get::<dyn RateLimiterDriver>().is_none());
+    }
+}
+
+/// Boot waits for a Redis that does not answer once, not once for each of
+/// its questions (the `PING`, then whether it is a cluster's node): the
+/// cache store's Redis as the driver's.
+#[tokio::test]
+async fn boot_waits_one_deadline_on_a_redis_that_hangs() {
+    let server = RedisServer::start();
+    let reply = server.command("CLIENT PAUSE 10000 ALL");
+    assert!(reply.contains("OK"), "{reply}");
+    let url = server.url();
+    let timeouts = [
+        ("APP_ENV", "staging"),
+        ("RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS", "500"),
+        ("RATE_LIMIT_REDIS_TIMEOUT_MS", "500"),
+    ];
+    for store in [
+        [
+            ("RATE_LIMIT_DRIVER", "redis"),
+            ("RATE_LIMIT_REDIS_URL", &url),
+        ],
+        [("CACHE_STORE", "redis"), ("REDIS_URL", &url)],
+    ] {
+        let mut pairs = timeouts.to_vec();
+        pairs.extend(store);
+        let started = Instant::now();
+        let (_app, booted) = boot(&pairs).await;
+        let waited = started.elapsed();
+        booted.unwrap();
+        // One wait: the connection's 500 ms and the call's 500 ms at most,
+        // where two would be up to 2 s.
+        assert!(
+            waited < Duration::from_millis(1200),
+            "{store:?}: boot waited {waited:?}"
+        );
+    }
+}
+
+/// A database past the last `SELECT` takes (2^31 - 1) is refused as the
+/// configuration is read, naming the variable that holds it.
+#[test]
+fn a_database_past_selects_range_is_refused_naming_its_variable() {
+    for (pairs, variable) in [
+        (
+            vec![
+                ("RATE_LIMIT_DRIVER", "redis"),
+                ("RATE_LIMIT_REDIS_URL", "redis://127.0.0.1:6379/2147483648"),
+            ],
+            "RATE_LIMIT_REDIS_URL=\"redis://127.0.0.1:6379/2147483648\"",
+        ),
+        (
+            vec![
+                ("CACHE_STORE", "redis"),
+                ("REDIS_URL", "redis://127.0.0.1:6379/2147483648"),
+            ],
+            "REDIS_URL=\"redis://127.0.0.1:6379/2147483648\"",
+        ),
+        (
+            vec![("CACHE_STORE", "redis"), ("REDIS_CACHE_DB", "3000000000")],
+            "REDIS_CACHE_DB=\"3000000000\"",
+        ),
+    ] {
+        let mut all = vec![("APP_ENV", "staging")];
+        all.extend(pairs);
+        let refused = refusal(&all);
+        assert!(
+            refused.starts_with(variable) && refused.contains("2147483647"),
+            "{refused}"
+        );
+    }
+    // The last one is taken.
+    let mut last = vec![("APP_ENV", "staging")];
+    last.extend([
+        ("RATE_LIMIT_DRIVER", "redis"),
+        ("RATE_LIMIT_REDIS_URL", "redis://127.0.0.1:6379/2147483647"),
+    ]);
+    plan(&last).unwrap();
+}
+
+/// Port 0 is no port a Redis listens on: refused, naming the variable.
+#[test]
+fn port_0_is_refused_naming_its_variable() {
+    for (pairs, variable) in [
+        (
+            vec![
+                ("RATE_LIMIT_DRIVER", "redis"),
+                ("RATE_LIMIT_REDIS_URL", "redis://127.0.0.1:0"),
+            ],
+            "RATE_LIMIT_REDIS_URL=",
+        ),
+        (
+            vec![
+                ("RATE_LIMIT_DRIVER", "redis"),
+                ("RATE_LIMIT_REDIS_URL", "redis://a:7000,redis://b:0"),
+            ],
+            "RATE_LIMIT_REDIS_URL=",
+        ),
+        (
+            vec![("CACHE_STORE", "redis"), ("REDIS_PORT", "0")],
+            "REDIS_PORT=\"0\"",
+        ),
+    ] {
+        let mut all = vec![("APP_ENV", "staging")];
+        all.extend(pairs);
+        let refused = refusal(&all);
+        assert!(
+            refused.starts_with(variable) && refused.contains("from 1 to 65535"),
+            "{refused}"
+        );
+    }
+}
+
+/// `REDIS_HOST` holding an IPv6 address, as phpredis takes it (without
+/// brackets), is that address.
+#[test]
+fn an_ipv6_redis_host_is_read_as_phpredis_reads_it() {
+    for (host, node) in [
+        ("::1", "redis://[::1]:6379/1"),
+        ("2001:db8::7", "redis://[2001:db8::7]:6379/1"),
+        ("tls://::1", "rediss://[::1]:6379/1"),
+        ("[::1]", "redis://[::1]:6379/1"),
+    ] {
+        let env = Env::from_pairs([("CACHE_STORE", "redis"), ("REDIS_HOST", host)]);
+        let config = suprnova::cache::CacheConfig::from_env(&env)
+            .unwrap_or_else(|e| panic!("REDIS_HOST={host} refused: {e}"));
+        assert_eq!(config.redis.unwrap().nodes(), [node], "{host}");
     }
 }
 

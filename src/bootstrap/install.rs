@@ -32,21 +32,15 @@ impl BootPlan {
         }
         #[cfg(feature = "redis")]
         if let Some(config) = &self.cache.redis {
-            // On database 0: a cluster node refuses to select the cache's
-            // (REDIS_CACHE_DB, 1 unless set), and would answer nothing.
             // A failure is the cache's, named by its variables, not the
             // driver's (which `?` would make it).
-            let probe = crate::redis_client::RedisConnection::new(config.on_database_zero())
+            let store = crate::redis_client::RedisConnection::new(config.clone())
                 .map_err(|e| BootError::Cache(e.into()))?;
             let subject = format!(
                 "the cache store's Redis, {} (REDIS_URL, or REDIS_HOST and REDIS_PORT),",
                 config.redacted()
             );
-            redis::refuse_one_node_of_a_cluster(&probe, &subject).await?;
-            // Then on the database the store will use, with its credentials.
-            let store = crate::redis_client::RedisConnection::new(config.clone())
-                .map_err(|e| BootError::Cache(e.into()))?;
-            redis::ping(&store, &subject, &redis::CACHE_FIXES).await?;
+            redis::check(&store, &subject, &redis::CACHE_FIXES).await?;
         }
         let (driver, redis, redis_answered): (Arc<dyn RateLimiterDriver>, _, _) = match &self.driver
         {
@@ -102,20 +96,41 @@ mod redis {
         MOVED and go to the backend-error policy. List the cluster's nodes, comma-separated \
         redis:// URLs, or write redis+cluster://host:port";
 
-    /// Refuses `connection`, named `subject` in the refusal, when it is one
-    /// URL that leads to a node of a Redis Cluster. A Redis that does not
-    /// answer yet is not refused.
-    pub(super) async fn refuse_one_node_of_a_cluster(
+    /// Boot's check of one Redis, named `subject` in a refusal: its `PING`
+    /// ([`ping`]), and, when it answered, whether it is one URL that leads
+    /// to a node of a Redis Cluster (its `INFO cluster`), refused. Whether
+    /// Redis answered. A Redis that does not answer yet costs one wait of
+    /// the timeouts, not one for each question.
+    pub(super) async fn check(
         connection: &RedisConnection,
         subject: &str,
-    ) -> Result<(), BootError> {
-        if connection.config().is_cluster() || connection.is_cluster_node().await != Some(true) {
-            return Ok(());
+        fixes: &Fixes,
+    ) -> Result<bool, BootError> {
+        let answered = ping(connection, subject, fixes).await?;
+        if answered
+            && !connection.config().is_cluster()
+            && connection.is_cluster_node().await == Some(true)
+        {
+            return Err(one_node_of_a_cluster(subject));
         }
-        Err(ConfigError::Refused(format!(
+        Ok(answered)
+    }
+
+    /// The refusal of one node of a cluster given as a single URL.
+    fn one_node_of_a_cluster(subject: &str) -> BootError {
+        ConfigError::Refused(format!(
             "refusing to boot: {subject} {ONE_NODE_OF_A_CLUSTER}"
         ))
-        .into())
+        .into()
+    }
+
+    /// Whether `error` is a cluster node's refusal to select the database
+    /// the URL names (`SELECT is not allowed in cluster mode`): the
+    /// connection's `SELECT` comes before the `PING`, so a node of a cluster
+    /// given with a database says what it is this way.
+    fn is_a_cluster_node_refusing_select(error: &RedisBackendError) -> bool {
+        matches!(error, RedisBackendError::Redis(error)
+            if error.detail().is_some_and(|detail| detail.contains("not allowed in cluster mode")))
     }
 
     /// How to fix the configuration a Redis refused, in the variables of
@@ -207,9 +222,10 @@ mod redis {
     /// whether Redis answered. A Redis that does not answer yet is logged at
     /// `warn` and is not refused; one that answers and refuses the
     /// credentials or the database is, with what it said and the fix in
-    /// `fixes`. Neither shows a password: the subject and the URL logged are
-    /// redacted, and Redis's answer never repeats one.
-    pub(super) async fn ping(
+    /// `fixes`, and so is one node of a cluster that refuses to select the
+    /// database the URL names. Neither shows a password: the subject and the
+    /// URL logged are redacted, and Redis's answer never repeats one.
+    async fn ping(
         connection: &RedisConnection,
         subject: &str,
         fixes: &Fixes,
@@ -218,6 +234,9 @@ mod redis {
             Ok(()) => return Ok(true),
             Err(error) => error,
         };
+        if !connection.config().is_cluster() && is_a_cluster_node_refusing_select(&error) {
+            return Err(one_node_of_a_cluster(subject));
+        }
         let (refused, fix) = match refused(&error) {
             Some(Refused::Credentials) => (
                 "the credentials given (none, or a username or password it does not take)",
@@ -254,10 +273,7 @@ mod redis {
     ) -> Result<(Arc<dyn RateLimiterDriver>, bool), BootError> {
         let connection = RedisConnection::new(plan.config.clone())?;
         let subject = format!("{RATE_LIMIT_REDIS_URL}={}", plan.config.redacted());
-        let answered = ping(&connection, &subject, &DRIVER_FIXES).await?;
-        if answered {
-            refuse_one_node_of_a_cluster(&connection, &subject).await?;
-        }
+        let answered = check(&connection, &subject, &DRIVER_FIXES).await?;
         let mut driver = RedisRateLimiter::new(connection);
         if let Some(prefix) = &plan.prefix {
             driver = driver.with_prefix(prefix.clone());

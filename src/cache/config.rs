@@ -11,7 +11,7 @@ use crate::container::App;
 use crate::limiter::CacheRateLimiter;
 #[cfg(feature = "redis")]
 use crate::redis_client::{
-    RedisConfig, RedisConnection, is_socket_scheme, redact_credentials, url_text,
+    MAX_DATABASE, RedisConfig, RedisConnection, is_socket_scheme, redact_credentials, url_text,
 };
 
 /// Which backend the cache uses.
@@ -248,7 +248,16 @@ fn laravel_slug(title: &str) -> String {
 
 #[cfg(feature = "redis")]
 fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
-    let database = env.parse::<u32>("REDIS_CACHE_DB")?.unwrap_or(1);
+    let database = match env.parse::<u32>("REDIS_CACHE_DB")? {
+        Some(past) if i64::from(past) > MAX_DATABASE => {
+            return Err(ConfigError::Invalid {
+                variable: "REDIS_CACHE_DB".to_owned(),
+                value: past.to_string(),
+                reason: "expected a database number from 0 to 2147483647".to_owned(),
+            });
+        }
+        database => database.unwrap_or(1),
+    };
     let (variable, url) = match url_text(env, "REDIS_URL")? {
         Some(url) => ("REDIS_URL", url),
         None => ("REDIS_HOST", url_from_parts(env, database)?),
@@ -291,17 +300,33 @@ fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
     if host.starts_with('/') {
         return socket_url_from_parts(env, &host, database);
     }
-    let port = env.parse::<u16>("REDIS_PORT")?.unwrap_or(6379);
+    let port = match env.parse::<u16>("REDIS_PORT")? {
+        Some(0) => {
+            return Err(ConfigError::Invalid {
+                variable: "REDIS_PORT".to_owned(),
+                value: "0".to_owned(),
+                reason: "expected a port from 1 to 65535".to_owned(),
+            });
+        }
+        port => port.unwrap_or(6379),
+    };
     let (scheme, host) = match host.strip_prefix("tls://") {
         Some(bare) => ("rediss", bare.to_owned()),
         None => ("redis", host),
+    };
+    // An IPv6 address as phpredis takes it (`::1`): in a URL it is written
+    // in brackets.
+    let in_url = if host.parse::<std::net::Ipv6Addr>().is_ok() {
+        format!("[{host}]")
+    } else {
+        host.clone()
     };
     let refuse = |reason: &str| ConfigError::Invalid {
         variable: "REDIS_HOST".to_owned(),
         value: host.clone(),
         reason: reason.to_owned(),
     };
-    let mut url = ::redis::parse_redis_url(&format!("{scheme}://{host}:{port}/{database}"))
+    let mut url = ::redis::parse_redis_url(&format!("{scheme}://{in_url}:{port}/{database}"))
         .ok_or_else(|| refuse("expected a host name or an address"))?;
     if let Some(user) = env.text("REDIS_USERNAME")? {
         url.set_username(&user)

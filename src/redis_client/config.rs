@@ -23,7 +23,8 @@ use crate::config::{ConfigError, Env};
 /// | `redis://a:7000,redis://b:7001,redis://c:7002` | a Redis Cluster, given by its nodes |
 /// | `redis+cluster://a:7000` (or `rediss+cluster://`) | a Redis Cluster, given by one or more seed nodes |
 ///
-/// The database is a number from 0 up: a negative one (`/-1`) is refused.
+/// The database is a number from 0 to 2147483647, the last `SELECT` takes:
+/// one outside (`/-1`) is refused, and so is port 0.
 ///
 /// TLS (`rediss://`) checks the server's certificate against the public web
 /// roots (Mozilla's, built in); `#insecure`, which would skip the check, is
@@ -59,6 +60,10 @@ pub struct RedisConfig {
 
 /// The schemes of one node's URL.
 const NODE_SCHEMES: [&str; 4] = ["redis", "rediss", "unix", "redis+unix"];
+
+/// The last database `SELECT` takes: Redis reads its argument as a 32-bit
+/// signed number, and refuses any past it.
+pub(crate) const MAX_DATABASE: i64 = i32::MAX as i64;
 
 /// Whether `scheme` names a node on this host's Unix socket.
 pub(crate) fn is_socket_scheme(scheme: &str) -> bool {
@@ -153,19 +158,24 @@ impl RedisConfig {
                 .as_str()
                 .into_connection_info()
                 .map_err(|e| refuse(node, &e.to_string()))?;
-            if let ::redis::ConnectionAddr::Tcp(host, _)
-            | ::redis::ConnectionAddr::TcpTls { host, .. } = info.addr()
-                && host.is_empty()
+            if let ::redis::ConnectionAddr::Tcp(host, port)
+            | ::redis::ConnectionAddr::TcpTls { host, port, .. } = info.addr()
             {
-                return Err(refuse(node, "it names no host"));
+                if host.is_empty() {
+                    return Err(refuse(node, "it names no host"));
+                }
+                if *port == 0 {
+                    return Err(refuse(node, "the port is a number from 1 to 65535"));
+                }
             }
-            // redis-rs reads the database as a signed number: a negative one
-            // parses, and Redis then refuses every connection's SELECT.
-            if info.redis_settings().db() < 0 {
+            // redis-rs reads the database as a 64-bit signed number: one
+            // below 0 or past SELECT's range parses, and Redis then refuses
+            // every connection's SELECT.
+            if !(0..=MAX_DATABASE).contains(&info.redis_settings().db()) {
                 return Err(refuse(
                     node,
-                    "the database is a number from 0 up (/N after the host, or ?db=N after a \
-                     socket's path)",
+                    "the database is a number from 0 to 2147483647 (/N after the host, or ?db=N \
+                     after a socket's path)",
                 ));
             }
             infos.push(info);
@@ -218,38 +228,6 @@ impl RedisConfig {
     /// Whether any node is reached over TLS.
     pub fn uses_tls(&self) -> bool {
         self.nodes.iter().any(|n| n.starts_with("rediss://"))
-    }
-
-    /// This configuration with every node on database 0: what a probe asks
-    /// with, since a node of a Redis Cluster refuses to select another.
-    pub(crate) fn on_database_zero(&self) -> Self {
-        let nodes = self
-            .nodes
-            .iter()
-            .map(|node| {
-                let Some(mut url) = ::redis::parse_redis_url(node) else {
-                    return node.clone();
-                };
-                if is_socket_scheme(url.scheme()) {
-                    let kept: Vec<(String, String)> = url
-                        .query_pairs()
-                        .filter(|(name, _)| name != "db")
-                        .map(|(name, value)| (name.into_owned(), value.into_owned()))
-                        .collect();
-                    url.query_pairs_mut()
-                        .clear()
-                        .extend_pairs(kept)
-                        .append_pair("db", "0");
-                } else {
-                    url.set_path("/0");
-                }
-                url.to_string()
-            })
-            .collect();
-        Self {
-            nodes,
-            ..self.clone()
-        }
     }
 
     /// The URLs with credentials replaced by `***`, for logs.
@@ -465,21 +443,24 @@ mod tests {
     }
 
     #[test]
-    fn a_negative_database_is_refused() {
+    fn a_database_outside_selects_range_is_refused() {
         for url in [
             "redis://127.0.0.1:6379/-1",
             "rediss://h:6380/-2",
             "unix:///run/redis.sock?db=-1",
+            "redis://127.0.0.1:6379/2147483648",
+            "unix:///run/redis.sock?db=9223372036854775807",
         ] {
             let e = RedisConfig::from_url(url).unwrap_err();
             assert_eq!(e.url, url);
             assert_eq!(
                 e.reason,
-                "the database is a number from 0 up (/N after the host, or ?db=N after a socket's path)",
+                "the database is a number from 0 to 2147483647 (/N after the host, or ?db=N after a socket's path)",
                 "{url}"
             );
         }
         assert!(RedisConfig::from_url("redis://127.0.0.1:6379/0").is_ok());
+        assert!(RedisConfig::from_url("redis://127.0.0.1:6379/2147483647").is_ok());
     }
 
     #[test]
@@ -595,21 +576,6 @@ mod tests {
             once.redacted(),
             "cluster redis://***@a:7000,redis://***@b:7001"
         );
-    }
-
-    #[test]
-    fn a_probe_asks_database_0() {
-        for (url, probe) in [
-            ("redis://u:p@h:6379/1", "redis://u:p@h:6379/0"),
-            ("redis://h:6379", "redis://h:6379/0"),
-            (
-                "unix:///run/redis.sock?db=2&pass=p",
-                "unix:///run/redis.sock?pass=p&db=0",
-            ),
-        ] {
-            let config = RedisConfig::from_url(url).unwrap();
-            assert_eq!(config.on_database_zero().nodes(), [probe], "{url}");
-        }
     }
 
     #[test]

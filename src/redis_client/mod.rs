@@ -13,6 +13,7 @@ mod connection;
 mod reply;
 mod script_call;
 
+pub(crate) use config::MAX_DATABASE;
 pub use config::{RedisConfig, RedisUrlError};
 pub(crate) use config::{is_socket_scheme, redact_credentials, url_text};
 pub use connection::{RedisBackendError, RedisConnection};

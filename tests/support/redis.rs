@@ -90,7 +90,9 @@ fn spawn_redis(port: u16, dir: &std::path::Path, extra: &[&str]) -> Child {
         "--port",
         &port.to_string(),
         "--bind",
+        // And ::1 where the machine has it (the `-`: skipped where not).
         "127.0.0.1",
+        "-::1",
         "--save",
         "",
         "--appendonly",
