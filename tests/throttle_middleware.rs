@@ -1414,3 +1414,88 @@ async fn a_throttle_borrows_the_limiter_it_kept() {
         })
         .await;
 }
+
+/// A limit key a caller chooses (`by(email)`) cannot name another bucket's
+/// timer, `<key>:timer`, the entry that holds when its window ends: a
+/// guest asking once as `alice:timer` leaves Alice's window as it was, and
+/// her refusal says 60 seconds, not 1.
+#[tokio::test]
+async fn a_caller_chosen_key_cannot_write_another_buckets_timer() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("login", |req| {
+                Limit::per_minute(5)
+                    .by(req.query_param("email").unwrap_or_default())
+                    .into()
+            });
+            let router =
+                ok_routes(&["/login"]).middleware(ThrottleRequestsMiddleware::by_name("login"));
+            // As written, and spelled so that cleaning makes it `:timer`.
+            for decoy in ["alice:timer", "alice:tim%C3%A9r", "alice:timer~"] {
+                let r = get(&router, &format!("/login?email={decoy}"), GUEST).await;
+                assert_eq!(r.status_code(), 200, "{decoy}");
+            }
+            let ends_at = (clock.unix_seconds() + 60).to_string();
+            assert_eq!(
+                Cache::get("login:alice:timer").await.unwrap(),
+                None,
+                "no window opened for Alice yet"
+            );
+            for _ in 0..5 {
+                assert_eq!(
+                    get(&router, "/login?email=alice", GUEST)
+                        .await
+                        .status_code(),
+                    200
+                );
+            }
+            assert_eq!(
+                Cache::get("login:alice:timer").await.unwrap(),
+                Some(ends_at)
+            );
+            let refused = get(&router, "/login?email=alice", GUEST).await;
+            assert_eq!(refused.status_code(), 429);
+            assert_eq!(refused.header_str("retry-after"), Some("60"));
+            // The decoys counted in buckets of their own, one each.
+            assert_eq!(
+                RateLimiter::attempts("login:alice:timer~").await.unwrap(),
+                2
+            );
+            assert_eq!(
+                RateLimiter::attempts("login:alice:timer~~").await.unwrap(),
+                1
+            );
+        })
+        .await;
+}
+
+/// A full bucket stays full while its window's timer is there, whatever
+/// the timer holds: a timer's value raised by some other writer opens no
+/// new window, as Laravel resets a count only when its timer is gone.
+#[tokio::test]
+async fn a_full_bucket_is_not_reset_while_its_timer_exists() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("login", |_req| Limit::per_minute(3).by("k").into());
+            let router =
+                ok_routes(&["/login"]).middleware(ThrottleRequestsMiddleware::by_name("login"));
+            let mut admitted = 0;
+            for round in 0..3 {
+                if round > 0 {
+                    Cache::increment("login:k:timer", 1).await.unwrap();
+                }
+                for _ in 0..4 {
+                    if get(&router, "/login", GUEST).await.status_code() == 200 {
+                        admitted += 1;
+                    }
+                }
+            }
+            assert_eq!(admitted, 3);
+            // Once the timer is gone, a new window opens.
+            clock.advance(Duration::from_secs(64));
+            assert_eq!(get(&router, "/login", GUEST).await.status_code(), 200);
+        })
+        .await;
+}

@@ -230,10 +230,12 @@ impl MemoryStore {
     /// The two keys are locked one after the other, so a counter found
     /// full when the timer was just opened may have been filled in the new
     /// window meanwhile. Each counter therefore records the end of the
-    /// newest window that counted in it: one left full by an older window,
-    /// or by no window at all (written by `put`, or made by `increment`), is reset,
-    /// as Laravel's `tooManyAttempts` resets a count whose timer is gone,
-    /// and one the current window filled is not.
+    /// newest window that counted in it: when this call opened the window,
+    /// one left full by an older window, or by no window at all (written by
+    /// `put`, or made by `increment`), is reset, as Laravel's
+    /// `tooManyAttempts` resets a count whose timer is gone, and one the
+    /// current window filled is not. Under a timer this call did not open,
+    /// no counter is reset.
     fn count_in_window(&self, count: WindowIncrement<'_>) -> Result<IncrementOutcome, CacheError> {
         let now = self.now_swept();
         let (opened, window_ends_at) = {
@@ -253,19 +255,23 @@ impl MemoryStore {
         if let Some(window) = window_ends_at
             && count.amount <= count.ceiling
         {
-            // A counter this window counted in (every call's but the first
-            // of a window) is not looked at further: whether it is full is
-            // the count's own business, below. One no window counted (put,
-            // or made by increment) is a leftover only when this call
-            // opened the window, as Redis's script reads it: under a live
-            // timer it is the window's count. (The timer and the counter are
-            // locked one after the other, so a caller that finds the timer
-            // another has just opened, and reaches such a full counter
-            // first, is refused before the opener resets it: a refusal at
-            // the opening of a window, never an admission too many.)
-            let leftover = |entry: &Entry| match entry.value.window_ends_at() {
-                Some(counted_in) => counted_in < window,
-                None => opened,
+            // A counter is a leftover only when this call opened the
+            // window, as Redis's script reads it: under a timer it did not
+            // open, the counter is the window's count, whatever the timer
+            // holds (a timer's value changed by a caller is no new window).
+            // And then only one an older window counted in, or no window
+            // (put, or made by increment): one this window counted in is its
+            // count. (The timer and the counter are locked one after the
+            // other, so a caller that finds the timer another has just
+            // opened, and reaches a full leftover first, is refused before
+            // the opener resets it: a refusal at the opening of a window,
+            // never an admission too many.)
+            let leftover = |entry: &Entry| {
+                opened
+                    && entry
+                        .value
+                        .window_ends_at()
+                        .is_none_or(|counted_in| counted_in < window)
             };
             let left_full = match counter.get() {
                 Some(entry) if leftover(entry) => {

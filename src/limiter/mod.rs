@@ -23,3 +23,4 @@ pub use limit::{AfterCallback, GlobalLimit, Limit, ResponseCallback, Unlimited};
 pub use limit_result::LimitResult;
 pub use named::{NamedLimiter, NamedLimiters, apply_fallback_keys};
 pub use rate_limiter::CacheRateLimiter;
+pub(crate) use rate_limiter::TIMER_SUFFIX;

@@ -593,7 +593,7 @@ fn timer_key(key: &str) -> String {
 }
 
 /// What `K:timer` adds to `K`.
-const TIMER_SUFFIX: &str = ":timer";
+pub(crate) const TIMER_SUFFIX: &str = ":timer";
 
 /// The longest `K:timer` [`TimerKey`] holds on the stack.
 const STACK_TIMER_KEY: usize = 128;

@@ -5,6 +5,7 @@
 
 use crate::http::Request;
 use crate::keys::{push_address_or_token, push_bucket_address};
+use crate::limiter::{TIMER_SUFFIX, cleaned};
 
 /// Who a request is counted as: `user:<id>` for a signed-in user,
 /// `ip:<address>` for a guest ([`Request::ip`], through the trusted
@@ -52,6 +53,23 @@ pub(super) fn prefixed(prefix: &str, key: String) -> String {
     } else {
         joined(prefix, &key)
     }
+}
+
+/// `key`, with a `~` after it when, cleaned as the limiter cleans it, it
+/// ends in `:timer` or `~`: so that no key a caller chooses (`by(email)`)
+/// names another bucket's timer (`<key>:timer`, the entry that holds when
+/// its window ends), and no two keys become one. Every other key is kept
+/// as it is, readable.
+pub(super) fn naming_no_timer(mut key: String) -> String {
+    // Cleaning maps each character on its own, and only `:` to `:`, so
+    // the cleaned key's tail after its last `:` is the raw tail's, cleaned.
+    let ends_as_a_timer = key
+        .rfind(':')
+        .is_some_and(|colon| cleaned(&key[colon..]) == TIMER_SUFFIX);
+    if ends_as_a_timer || key.ends_with('~') {
+        key.push('~');
+    }
+    key
 }
 
 /// `<head>:<tail>` in one allocation of the right size (`format!` sizes its
@@ -109,5 +127,21 @@ mod tests {
         assert_eq!(prefixed("login", "ip:1".into()), "login:ip:1");
         assert_eq!(named_key("api", "203.0.113.5"), "api:203.0.113.5");
         assert_eq!(named_key("global", ""), "global:");
+    }
+
+    #[test]
+    fn no_key_names_a_timer_and_no_two_become_one() {
+        for (key, kept) in [
+            ("login:alice", "login:alice"),
+            ("login:alice:timer", "login:alice:timer~"),
+            ("login:alice:tim\u{e9}r", "login:alice:tim\u{e9}r~"),
+            ("login:alice:timer~", "login:alice:timer~~"),
+            ("login:alice~", "login:alice~~"),
+            ("login:alice:timers", "login:alice:timers"),
+            ("timer", "timer"),
+            (":timer", ":timer~"),
+        ] {
+            assert_eq!(naming_no_timer(key.to_owned()), kept, "{key}");
+        }
     }
 }

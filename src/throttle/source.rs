@@ -1,6 +1,6 @@
 //! Where a throttle's limits come from, and the keys they count under.
 
-use super::keys::{caller_key, caller_on_path_key, named_key, prefixed};
+use super::keys::{caller_key, caller_on_path_key, named_key, naming_no_timer, prefixed};
 use super::middleware::{DEFAULT_DECAY_SECONDS, DEFAULT_MAX_ATTEMPTS};
 use super::one_or_more::OneOrMore;
 use crate::container::App;
@@ -67,7 +67,7 @@ impl LimitSource {
             return Resolved::Pass;
         }
         for limit in limits.iter_mut() {
-            limit.key = prefixed(prefix, std::mem::take(&mut limit.key));
+            limit.key = naming_no_timer(prefixed(prefix, std::mem::take(&mut limit.key)));
         }
         Resolved::Limits(limits)
     }
