@@ -1499,3 +1499,44 @@ async fn a_full_bucket_is_not_reset_while_its_timer_exists() {
         })
         .await;
 }
+
+/// The headers read the bucket after the handler, as Laravel's
+/// `retriesLeft` does after the response: a handler that charges the
+/// throttle's bucket more (an expensive call) or clears it (a login that
+/// succeeded) is seen in `X-RateLimit-Remaining`.
+#[tokio::test]
+async fn remaining_is_read_after_a_handler_that_counts_or_clears() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            RateLimiter::define("api", |_req| Limit::per_minute(10).by("u1").into());
+            RateLimiter::define("login", |_req| Limit::per_minute(5).by("alice").into());
+            let export = Router::new()
+                .get("/export", |_req: Request| async {
+                    RateLimiter::increment("api:u1", 60, 4).await.unwrap();
+                    HttpResponse::text("ok")
+                })
+                .middleware(ThrottleRequestsMiddleware::by_name("api"));
+            let login = Router::new()
+                .get("/login", |_req: Request| async {
+                    RateLimiter::clear("login:alice").await.unwrap();
+                    HttpResponse::text("welcome")
+                })
+                .middleware(ThrottleRequestsMiddleware::by_name("login"));
+            let router = export.merge(login);
+            let r = get(&router, "/export", GUEST).await;
+            assert_eq!(r.status_code(), 200);
+            assert_eq!(RateLimiter::attempts("api:u1").await.unwrap(), 5);
+            assert_eq!(r.header_str("x-ratelimit-remaining"), Some("5"));
+            let r = get(&router, "/export", GUEST).await;
+            assert_eq!(r.header_str("x-ratelimit-remaining"), Some("0"));
+            assert_eq!(get(&router, "/export", GUEST).await.status_code(), 429);
+
+            let r = get(&router, "/login", GUEST).await;
+            assert_eq!(r.status_code(), 200);
+            assert_eq!(RateLimiter::attempts("login:alice").await.unwrap(), 0);
+            assert_eq!(r.header_str("x-ratelimit-remaining"), Some("5"));
+            assert_eq!(r.header_str("x-ratelimit-limit"), Some("5"));
+        })
+        .await;
+}

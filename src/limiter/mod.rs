@@ -15,6 +15,7 @@ mod limit;
 mod limit_result;
 mod named;
 mod rate_limiter;
+mod writes_seen;
 
 pub use clean_key::clean_rate_limiter_key;
 pub(crate) use clean_key::cleaned;
@@ -24,3 +25,4 @@ pub use limit_result::LimitResult;
 pub use named::{NamedLimiter, NamedLimiters, apply_fallback_keys};
 pub use rate_limiter::CacheRateLimiter;
 pub(crate) use rate_limiter::TIMER_SUFFIX;
+pub(crate) use writes_seen::watching_writes;

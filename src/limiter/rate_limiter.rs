@@ -9,6 +9,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::clean_key::{clean_rate_limiter_key, cleaned};
+use super::writes_seen::note_write;
 use crate::cache::{
     CacheError, IncrementOutcome, Store, WindowIncrement, parse_integer, window_end,
 };
@@ -286,6 +287,7 @@ impl CacheRateLimiter {
         if self.store.has(&timer_key(&key)).await? {
             return Ok(true);
         }
+        note_write();
         self.store.forget(&key).await?;
         Ok(false)
     }
@@ -293,11 +295,13 @@ impl CacheRateLimiter {
     /// Removes the count and keeps the timer (the window stays pinned);
     /// `true` when there was a count.
     pub async fn reset_attempts(&self, key: &str) -> Result<bool, CacheError> {
+        note_write();
         self.store.forget(&cleaned(key)).await
     }
 
     /// Removes the count and the timer.
     pub async fn clear(&self, key: &str) -> Result<(), CacheError> {
+        note_write();
         let key = cleaned(key);
         self.store.forget(&key).await?;
         self.store.forget(&timer_key(&key)).await?;
@@ -367,6 +371,7 @@ impl CacheRateLimiter {
         amount: i64,
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError> {
+        note_write();
         let key = cleaned(key);
         let window = self.window(decay_seconds);
         if !window.opens() {
@@ -418,6 +423,7 @@ impl CacheRateLimiter {
         decay_seconds: i64,
         max_attempts: i64,
     ) -> Result<(IncrementOutcome, Option<i64>), CacheError> {
+        note_write();
         let window = self.window(decay_seconds);
         if !window.opens() && max_attempts >= 1 {
             let key = cleaned(key);
@@ -466,6 +472,7 @@ impl CacheRateLimiter {
     /// live, so every caller gets a count of its own. The entries are the
     /// same as Laravel's.
     async fn count(&self, key: &str, window: Window, amount: i64) -> Result<i64, CacheError> {
+        note_write();
         if !window.opens() {
             // No window to count in: count in the open one, if any, and
             // leave nothing behind otherwise (Laravel's steps for a time to

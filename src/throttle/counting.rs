@@ -151,20 +151,19 @@ pub(super) fn share_bucket_counts(limits: &[Limit], counts: &mut [i64]) {
     counts.copy_from_slice(&latest);
 }
 
-/// Reads every limit's bucket again, after a limit nested inside this
-/// throttle reported its own headers: it may have counted in one of these
-/// buckets after this throttle did (two throttles on one route without a
-/// prefix share a bucket). Each count becomes the higher of the two, as
-/// Laravel's headers read every bucket after the response.
+/// Reads every limit's bucket again, after the handler wrote through the
+/// rate limiter (counted more, or cleared a bucket) or a limit nested
+/// inside this throttle reported its own headers (it may have counted in
+/// one of these buckets after this throttle did: two throttles on one
+/// route without a prefix share a bucket). Each count becomes the bucket's
+/// as found, as Laravel's headers read every bucket after the response.
 pub(super) async fn read_again(
     limiter: &CacheRateLimiter,
     limits: &[Limit],
     counts: &mut [i64],
 ) -> Result<(), CacheError> {
     let found = try_join_all(limits.iter().map(|limit| limiter.attempts(&limit.key))).await?;
-    for (count, found) in counts.iter_mut().zip(found) {
-        *count = (*count).max(found);
-    }
+    counts.copy_from_slice(&found);
     Ok(())
 }
 

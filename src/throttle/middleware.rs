@@ -10,7 +10,7 @@ use super::source::{LimitSource, Resolved};
 use crate::container::App;
 use crate::decision::{RETRY_AFTER_HEADER, reported_remaining};
 use crate::http::{HttpResponse, Request, Response};
-use crate::limiter::{CacheRateLimiter, Limit, RateLimiter, apply_fallback_keys};
+use crate::limiter::{CacheRateLimiter, Limit, RateLimiter, apply_fallback_keys, watching_writes};
 use crate::middleware::{Middleware, Next};
 use crate::rate_limit::BackendErrorPolicy;
 
@@ -79,7 +79,9 @@ pub const DEFAULT_DECAY_SECONDS: i64 = 60;
 /// count in one bucket report it after all their counts: two keys that
 /// clean to one bucket, and a throttle stacked around another on the same
 /// bucket (it reads its buckets again when an inner limit has reported),
-/// as Laravel reads every bucket after the response. A refusal is a
+/// as Laravel reads every bucket after the response; so are the counts of
+/// a handler that counted or cleared through [`RateLimiter`] on its own
+/// task (the buckets are read again after it). A refusal is a
 /// `429 Too Many Attempts.` with `X-RateLimit-Limit`,
 /// `X-RateLimit-Remaining: 0`, `Retry-After` (whole seconds until the
 /// second the window's timer holds, at least 1, as Laravel counts them: up
@@ -287,7 +289,10 @@ impl Middleware for ThrottleRequestsMiddleware {
             Ok(Admission::Refused(refusal)) => return Err(refusal),
             Err(error) => return self.backend_failed(error, request, next).await,
         };
-        let mut response = next(request).await;
+        // A handler that counts or clears through the rate limiter (a
+        // request that costs more, a login that clears its attempts) may
+        // have changed these buckets: they are read again then.
+        let (mut response, handler_wrote) = watching_writes(next(request)).await;
         let (Ok(reply) | Err(reply)) = &mut response;
         if let Err(error) = count_after(&limiter, &limits, &mut counts, reply).await {
             tracing::warn!(%error, "throttle cache failed after the handler ran; no rate-limit headers");
@@ -295,7 +300,7 @@ impl Middleware for ThrottleRequestsMiddleware {
         }
         share_bucket_counts(&limits, &mut counts);
         let reported = reported_remaining(reply);
-        if reported.is_some()
+        if (handler_wrote || reported.is_some())
             && let Err(error) = read_again(&limiter, &limits, &mut counts).await
         {
             tracing::warn!(%error, "throttle cache failed after the handler ran; headers from the counts before it");
