@@ -8,10 +8,15 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
+use chrono::{TimeZone, Utc};
+use http_body_util::Full;
 use proptest::prelude::*;
 use suprnova::clock::{Clock, FakeClock};
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
-use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
+use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig};
+use suprnova::server::handle_request;
+use suprnova::{HttpResponse, Request, Router};
 
 use conformance::Harness;
 
@@ -514,5 +519,164 @@ proptest! {
             prop_assert_eq!(d.remaining, remaining);
             prop_assert_eq!(d.retry_after, (!allowed).then(|| Duration::from_millis(wait_ms)));
         }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// A wall clock stepped back (NTP, an operator, a virtual machine restored
+// from a snapshot): the hits stamped later than the clock now reads are
+// moved back, all by the same amount, so that the newest is now.
+// ---------------------------------------------------------------------------
+
+fn get(path: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(path).body(Full::default()).unwrap()
+}
+
+fn ok(_req: Request) -> std::future::Ready<HttpResponse> {
+    std::future::ready(HttpResponse::text("ok"))
+}
+
+/// `GET /r` behind `cfg` on `driver`, every request on the key `k`.
+fn limited(driver: Arc<dyn RateLimiterDriver>, cfg: SlidingWindowConfig) -> Router {
+    Router::new()
+        .get("/r", ok)
+        .middleware(RateLimitMiddleware::new(driver, cfg, |_req| "k".to_owned()))
+}
+
+/// The status, `Retry-After` and `X-RateLimit-Remaining` of one request.
+async fn hit(router: &Router) -> (u16, Option<String>, Option<String>) {
+    let r = handle_request(router, get("/r")).await;
+    (
+        r.status_code(),
+        r.header_str("retry-after").map(str::to_owned),
+        r.header_str("x-ratelimit-remaining").map(str::to_owned),
+    )
+}
+
+/// Sets `clock` to 2026-01-01 `h:m:s` UTC, earlier or later than it reads.
+fn set_clock(clock: &FakeClock, h: u32, m: u32, s: u32) {
+    clock.set(Utc.with_ymd_and_hms(2026, 1, 1, h, m, s).unwrap());
+}
+
+fn some(s: &str) -> Option<String> {
+    Some(s.to_owned())
+}
+
+// A key of 5 per 60 s filled and refused at 12:00:00 (the refusal is
+// noted), then the clock is stepped back to 11:00:00: the key is refused
+// for the one window its hits hold from now (Retry-After: 60, not 3660),
+// and admitted again at 11:01:00 by the clock it reads.
+#[tokio::test]
+async fn a_clock_stepped_back_an_hour_refuses_a_full_key_for_one_window_at_most() {
+    let clock = support::clock_at(12, 0, 0);
+    let router = limited(
+        Arc::new(InMemoryRateLimiter::with_clock(clock.shared())),
+        per(5, 60),
+    );
+    for remaining in ["4", "3", "2", "1", "0"] {
+        assert_eq!(hit(&router).await, (200, None, some(remaining)));
+    }
+    assert_eq!(hit(&router).await, (429, some("60"), some("0")));
+    set_clock(&clock, 11, 0, 0);
+    let refused = handle_request(&router, get("/r")).await;
+    assert_eq!(refused.status_code(), 429);
+    assert_eq!(refused.header_str("retry-after"), Some("60"));
+    let at_11_01 = Utc.with_ymd_and_hms(2026, 1, 1, 11, 1, 0).unwrap();
+    assert_eq!(
+        refused.header_str("x-ratelimit-reset"),
+        Some(at_11_01.timestamp().to_string().as_str())
+    );
+    clock.advance(Duration::from_secs(59));
+    assert_eq!(hit(&router).await, (429, some("1"), some("0")));
+    clock.advance(Duration::from_secs(1));
+    assert_eq!(hit(&router).await, (200, None, some("4")));
+}
+
+// The same step with the key not yet full: one hit at 12:00:00, the clock
+// back to 11:00:00, four more hits fill the key, and the refusal waits for
+// the window of the hits as the clock now reads them.
+#[tokio::test]
+async fn a_hit_made_before_a_clock_stepped_back_holds_its_place_one_window_from_now() {
+    let clock = support::clock_at(12, 0, 0);
+    let router = limited(
+        Arc::new(InMemoryRateLimiter::with_clock(clock.shared())),
+        per(5, 60),
+    );
+    assert_eq!(hit(&router).await, (200, None, some("4")));
+    set_clock(&clock, 11, 0, 0);
+    for remaining in ["3", "2", "1", "0"] {
+        assert_eq!(hit(&router).await, (200, None, some(remaining)));
+    }
+    assert_eq!(hit(&router).await, (429, some("60"), some("0")));
+    clock.advance(Duration::from_secs(60));
+    assert_eq!(hit(&router).await, (200, None, some("4")));
+}
+
+// 5 per 60 s, hits at 12:00:00, :10, :20, :30 and :40; at 12:00:45 the
+// clock is stepped back 30 s, to 12:00:15, and a request comes every second
+// of it for two minutes. The hits are moved back 25 s (the newest to
+// 12:00:15), so the first is out at 12:00:35; on the new clock they were
+// made 30 s earlier than they were stamped, and in no span of 60 s of it,
+// those five counted where they really were, are more than 5 admitted.
+#[test]
+fn a_clock_stepped_back_keeps_the_count_and_never_admits_more_than_the_limit() {
+    let (clock, limiter) = limiter();
+    let cfg = per(5, 60);
+    let noon = clock.unix_millis();
+    for _ in 0..5 {
+        assert!(limiter.acquire_now("k", &cfg).unwrap().allowed);
+        clock.advance(Duration::from_secs(10));
+    }
+    set_clock(&clock, 12, 0, 15);
+    let first = limiter.acquire_now("k", &cfg).unwrap();
+    assert_eq!(first.retry_after, Some(Duration::from_secs(20)));
+    let mut admitted: Vec<u64> = (0..5).map(|i| noon - 30_000 + i * 10_000).collect();
+    for _ in 0..120 {
+        if limiter.acquire_now("k", &cfg).unwrap().allowed {
+            admitted.push(clock.unix_millis());
+        }
+        clock.advance(Duration::from_secs(1));
+    }
+    let after_step: Vec<u64> = admitted[5..].iter().map(|t| (t - noon) / 1_000).collect();
+    assert_eq!(after_step, [35, 45, 55, 65, 75, 95, 105, 115, 125]);
+    assert_eq!(most_in_any_window(&admitted, 60_000), 5);
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    // A clock that now and then steps back by up to two windows: in real
+    // time (where the steps are not), no window ever admits more than the
+    // limit, and a refusal never waits longer than one window.
+    #[test]
+    fn a_clock_that_steps_back_never_admits_more_than_the_limit_in_real_time(
+        max in 1_u32..5,
+        window_ms in 1_u64..3_000,
+        steps in proptest::collection::vec((0_u64..1_500, 0_u64..6_000, 0_u8..4), 1..200),
+    ) {
+        let (clock, limiter) = limiter();
+        let start = clock.unix_millis();
+        let cfg = SlidingWindowConfig::new(max, Duration::from_millis(window_ms));
+        let (mut real, mut behind) = (0_u64, 0_u64);
+        let mut admitted = Vec::new();
+        for (advance_ms, back_ms, op) in steps {
+            real += advance_ms;
+            if op == 0 {
+                behind += back_ms;
+            }
+            let reads = (start + real - behind) as i64;
+            clock.set(Utc.timestamp_millis_opt(reads).unwrap());
+            let key = if op == 1 { "other" } else { "k" };
+            let d = limiter.acquire_now(key, &cfg).unwrap();
+            if d.allowed {
+                if key == "k" {
+                    admitted.push(real);
+                }
+            } else {
+                let wait = d.retry_after.unwrap();
+                prop_assert!(wait <= cfg.window, "waits {wait:?}");
+            }
+        }
+        prop_assert!(most_in_any_window(&admitted, window_ms) <= max as usize);
     }
 }

@@ -62,6 +62,37 @@ impl Bucket {
         self.count
     }
 
+    /// Moves every hit back by the same amount, when the newest is later
+    /// than `stamp_ms` (a wall clock stepped back since it was stamped), so
+    /// that the newest is `stamp_ms`: their order, spacing and count are
+    /// kept, and no hit holds a place longer than one window from now.
+    ///
+    /// A hit is moved back by no more than the clock stepped (the newest
+    /// was stamped at or before the step), so each hit stays at or after
+    /// the time it was really made, read on the new clock: the limit holds
+    /// over every span of real time.
+    ///
+    /// One comparison on every call; the move itself is two writes, the
+    /// gaps being relative.
+    #[inline(always)]
+    pub(super) fn catch_up(&mut self, stamp_ms: u64) {
+        if self.newest > stamp_ms {
+            self.step_back(stamp_ms);
+        }
+    }
+
+    /// [`catch_up`](Self::catch_up) once the newest hit is later than
+    /// `stamp_ms`.
+    #[cold]
+    fn step_back(&mut self, stamp_ms: u64) {
+        let span = self.newest - self.oldest;
+        // Saturating only for a clock that reads less than the span of the
+        // hits, that is within a window of 1970: the hits then stay as
+        // late as they can go, in order.
+        self.oldest = stamp_ms.saturating_sub(span);
+        self.newest = self.oldest + span;
+    }
+
     /// Drops the hits that have left the window (`now - window`, `now`]: a
     /// hit stamped exactly `window_ms` ago is out. Returns `true` when
     /// nothing is left, and the owner must then drop or restart the bucket.
@@ -102,9 +133,10 @@ impl Bucket {
     /// bucket holds when it is full (the limit minus one), so that growth
     /// stops there instead of doubling past it.
     pub(super) fn push(&mut self, now_ms: u64, gap_capacity_hint: usize) {
-        // A clock that steps back must not write a negative gap: such a hit
-        // is stamped with the newest time, which keeps the log ordered and
-        // ages it out no earlier than its true time would.
+        // The caller has moved the hits back to `now_ms` after a clock
+        // stepped back (`catch_up`), so the newest is at most `now_ms`: the
+        // `max` only keeps a negative gap from being written should a clock
+        // read less than the span of the hits (`step_back`).
         let stamp = now_ms.max(self.newest);
         let gap = stamp - self.newest;
         let words = if gap < u64::from(ESCAPE) {
@@ -319,6 +351,27 @@ mod tests {
         let mut bucket = Bucket::new(5_000, 1_000);
         bucket.push(4_000, 10);
         assert_eq!(times(&bucket), [5_000, 5_000]);
+    }
+
+    // Hits at 100 s, 100.2 s and 165 s (a long gap) with the clock stepped
+    // back to 70 s: all move back 95 s, the newest to 70 s, spacing kept; a
+    // bucket whose newest hit is at or before the clock is left alone. A
+    // clock that reads less than the span of the hits puts the oldest at 0.
+    #[test]
+    fn catching_up_with_a_clock_stepped_back_moves_every_hit_alike() {
+        let mut bucket = Bucket::new(100_000, 100_000);
+        bucket.push(100_200, 10);
+        bucket.push(165_000, 10);
+        bucket.catch_up(165_000);
+        assert_eq!(times(&bucket), [100_000, 100_200, 165_000]);
+        bucket.catch_up(70_000);
+        assert_eq!(times(&bucket), [5_000, 5_200, 70_000]);
+        bucket.push(70_000, 10);
+        assert_eq!(times(&bucket), [5_000, 5_200, 70_000, 70_000]);
+        assert!(!bucket.trim(105_000, 100_000));
+        assert_eq!(times(&bucket), [5_200, 70_000, 70_000]);
+        bucket.catch_up(1_000);
+        assert_eq!(times(&bucket), [0, 64_800, 64_800]);
     }
 
     #[test]

@@ -21,7 +21,13 @@
 //! lives from the call that wrote it to the next locked call on its key,
 //! and in that time nothing changes the bucket but the sweep, which drops
 //! only hits that have left the window of the noted bucket (the noting call
-//! was the last to set it), so never the hit the note waits for. Each note
+//! was the last to set it), so never the hit the note waits for. A wall
+//! clock that steps back makes a note older than the clock: a note whose
+//! place frees more than a window after now was written before such a step
+//! and is passed over for the lock, where the bucket's hits are moved back
+//! to the clock; one written before a smaller step (its hit already at or
+//! before now) is still taken, and waits for its hit as it was stamped,
+//! which is never more than a window. Each note
 //! is read under a version count (a sequence lock), so a reader that
 //! overlaps a change of the note sees the change and takes the lock
 //! instead.
@@ -264,7 +270,15 @@ impl ShardNotes {
             let seen = note.read(key)?;
             Some((seen.same_key, seen))
         })?;
-        (seen.length_and_limit == head && seen.window_ms == window_ms && seen.frees_at_ms > now_ms)
+        // One comparison for both ends: the place frees after `now_ms`, and
+        // no later than a window after it. A note past that end was written
+        // before the clock stepped back and is not taken: the call takes
+        // the lock, where the bucket's hits are moved back to the clock.
+        // (So is a note of a hit stamped in the current millisecond, which
+        // a stamp rounded up puts a window and a millisecond ahead: for that
+        // millisecond, the lock answers.)
+        let ahead = seen.frees_at_ms.wrapping_sub(now_ms).wrapping_sub(1);
+        (seen.length_and_limit == head && seen.window_ms == window_ms && ahead < window_ms)
             .then_some(seen.frees_at_ms)
     }
 
@@ -552,6 +566,12 @@ mod tests {
         // Not once the place has freed, nor for another key, limit or
         // window.
         assert_eq!(notes.frees_at(at(key), 100, 60_000, 61_000), None);
+        // Nor before the clock it was written at was stepped back: a place
+        // frees within a window of now, or the note is from before the
+        // step.
+        assert_eq!(notes.frees_at(at(key), 100, 60_000, 1_000), Some(61_000));
+        assert_eq!(notes.frees_at(at(key), 100, 60_000, 999), None);
+        assert_eq!(notes.frees_at(at(key), 100, 60_000, 0), None);
         for other in ["ip:203.0.113.8", "ip:203.0.113.70", "ip:203.0.113"] {
             assert_eq!(notes.frees_at(at(other), 100, 60_000, 1_000), None);
         }
@@ -561,9 +581,9 @@ mod tests {
         notes.write(at(key), 100, 60_000, 0);
         assert_eq!(notes.frees_at(at(key), 100, 60_000, 1_000), None);
         notes.write(at(key), 100, 60_000, 62_000);
-        assert_eq!(notes.frees_at(at(key), 100, 60_000, 1_000), Some(62_000));
+        assert_eq!(notes.frees_at(at(key), 100, 60_000, 2_000), Some(62_000));
         notes.forget(at(key));
-        assert_eq!(notes.frees_at(at(key), 100, 60_000, 1_000), None);
+        assert_eq!(notes.frees_at(at(key), 100, 60_000, 2_000), None);
         assert_eq!(notes.len(), 1, "a forgotten note keeps its line");
         notes.remove(at(key));
         assert_eq!(notes.len(), 0);
@@ -580,7 +600,7 @@ mod tests {
             notes.write(map.place(key), 7, 1_000, 5_000);
             let expected = (len <= 32).then_some(5_000);
             assert_eq!(
-                notes.frees_at(map.place(key), 7, 1_000, 0),
+                notes.frees_at(map.place(key), 7, 1_000, 4_500),
                 expected,
                 "{len}"
             );
@@ -654,12 +674,18 @@ mod tests {
         }
         assert_eq!(notes.len(), MAX_NOTES);
         let last = format!("k{MAX_NOTES}");
-        assert_eq!(notes.frees_at(map.place(&last), 1, 1_000, 0), None);
-        assert_eq!(notes.frees_at(map.place("k0"), 1, 1_000, 0), Some(5_000));
+        assert_eq!(notes.frees_at(map.place(&last), 1, 1_000, 4_500), None);
+        assert_eq!(
+            notes.frees_at(map.place("k0"), 1, 1_000, 4_500),
+            Some(5_000)
+        );
         // A freed line takes the next key.
         notes.remove(map.place("k0"));
         notes.write(map.place(&last), 1, 1_000, 6_000);
-        assert_eq!(notes.frees_at(map.place(&last), 1, 1_000, 0), Some(6_000));
+        assert_eq!(
+            notes.frees_at(map.place(&last), 1, 1_000, 5_500),
+            Some(6_000)
+        );
         assert_eq!(notes.len(), MAX_NOTES);
     }
 
@@ -678,8 +704,8 @@ mod tests {
             scope.spawn(|| {
                 for i in 0..100_000_u64 {
                     match i % 4 {
-                        0 => notes.write(map.place(a), 5, 1_000, 10_000),
-                        1 => notes.write(map.place(b), 5, 1_000, 20_000),
+                        0 => notes.write(map.place(a), 5, 60_000, 10_000),
+                        1 => notes.write(map.place(b), 5, 60_000, 20_000),
                         2 => notes.remove(map.place(a)),
                         _ => notes.remove(map.place(b)),
                     }
@@ -688,7 +714,7 @@ mod tests {
             });
             while !done.load(Ordering::Acquire) {
                 for (key, at) in [(a, 10_000), (b, 20_000)] {
-                    if let Some(seen) = notes.frees_at(map.place(key), 5, 1_000, 0) {
+                    if let Some(seen) = notes.frees_at(map.place(key), 5, 60_000, 0) {
                         assert_eq!(seen, at, "{key}");
                     }
                 }

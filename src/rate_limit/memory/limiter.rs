@@ -54,6 +54,17 @@ const DEFAULT_SHARDS: usize = 64;
 /// length, since no place will ever free up. A window is rounded up to whole
 /// milliseconds, so the limit never holds over a shorter span than asked.
 ///
+/// The clock is a wall clock, which NTP or an operator may step. After a
+/// step back, a call that finds a key's newest hit later than now moves
+/// all of that key's hits back by the same amount, so that the newest is
+/// now: their count and spacing are kept, and a full key is refused for one
+/// window at most, never for the step and a window. (A refusal answered
+/// from the note of a key refused before a step back that leaves the hit
+/// it waits for at or before now may wait for that hit as it was stamped:
+/// never longer than a window. A bucket no call touches is swept once its
+/// hits have left the window as they were stamped.) A step forward ages
+/// every hit by the step, as the window reads them.
+///
 /// ```
 /// use std::sync::Arc;
 /// use std::time::Duration;
@@ -220,6 +231,7 @@ impl InMemoryRateLimiter {
         let place = self.shards.place(key);
         let mut locked = self.shards.lock(key);
         let bucket = locked.get_mut()?;
+        bucket.catch_up(now.div_ceil(NANOS_PER_MILLI));
         if bucket.trim(now / NANOS_PER_MILLI, window_ms) {
             self.shards.drop_bucket(&mut locked, place);
             return None;
@@ -305,6 +317,9 @@ fn count_hit(
         locked.insert(Bucket::new(stamp_ms, window_ms));
         return Ok(admitted(max, 1, stamp_ms, window_ms));
     };
+    // After a wall clock stepped back, the hits stamped later than now are
+    // moved back first, so that none holds a place longer than a window.
+    bucket.catch_up(stamp_ms);
     if bucket.trim(now_ms, window_ms) {
         bucket.restart(stamp_ms, window_ms);
         return Ok(admitted(max, 1, stamp_ms, window_ms));
