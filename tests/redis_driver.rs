@@ -247,6 +247,43 @@ async fn a_decision_is_one_evalsha_refusals_included() {
     }
 }
 
+// What the script runs on a key whose clock has not stepped: an admission
+// runs what it ran before the script learned of clock steps; a refusal
+// reads the newest hit to see whether it is later than TIME, which under a
+// limit of 1 is also the hit it waits for, and under a higher limit is one
+// read more.
+#[tokio::test]
+async fn the_script_reads_the_newest_hit_only_on_a_key_found_full() {
+    let server = RedisServer::start();
+    let limiter = limiter_on(&server.url(), "script_commands");
+    assert!(
+        limiter
+            .acquire("warm", &per_minute(1))
+            .await
+            .unwrap()
+            .allowed
+    );
+    let run = async |key: &'static str, max: u32| {
+        server
+            .script_commands_during(async {
+                let _ = limiter.acquire(key, &per_minute(max)).await.unwrap();
+            })
+            .await
+    };
+    let admitted = ["time", "zremrangebyscore", "zcard", "zadd", "pexpire"];
+    assert_eq!(run("one", 1).await, admitted);
+    assert_eq!(
+        run("one", 1).await,
+        ["time", "zremrangebyscore", "zcard", "zrange"]
+    );
+    assert_eq!(run("two", 2).await, admitted);
+    assert_eq!(run("two", 2).await, admitted);
+    assert_eq!(
+        run("two", 2).await,
+        ["time", "zremrangebyscore", "zcard", "zrange", "zrange"]
+    );
+}
+
 /// Redis `TIME` in microseconds.
 async fn redis_time_us(conn: &RedisConnection) -> u64 {
     let (secs, micros): (u64, u64) = conn.query(&redis::cmd("TIME")).await.unwrap();
@@ -581,4 +618,148 @@ async fn a_window_past_the_scripts_range_is_a_config_error() {
     let err = limiter.acquire("k", &cfg).await.unwrap_err();
     assert!(matches!(err, RateLimitError::Config(_)), "{err:?}");
     assert_eq!(limiter.name(), "redis");
+}
+
+// Redis's clock stepped back an hour: what the script wrote before the step
+// (hits stamped an hour ahead of Redis TIME now, and the expiry it set) is
+// written here by hand, since a test cannot step Redis's clock.
+
+/// Writes `count` hits into `key`, `spacing_us` apart, the newest `ahead_us`
+/// later than Redis TIME now, with the expiry the script gave them for
+/// `window_us`. Returns the stamps, oldest first.
+async fn hits_from_before_a_step_back(
+    conn: &RedisConnection,
+    key: &str,
+    ahead_us: u64,
+    spacing_us: u64,
+    count: u64,
+    window_us: u64,
+) -> Vec<u64> {
+    let newest = redis_time_us(conn).await + ahead_us;
+    let stamps: Vec<u64> = (0..count)
+        .map(|i| newest - (count - 1 - i) * spacing_us)
+        .collect();
+    let mut add = redis::cmd("ZADD");
+    add.arg(key);
+    for stamp in &stamps {
+        add.arg(stamp).arg(stamp);
+    }
+    let _: u64 = conn.query(&add).await.unwrap();
+    let _: u64 = conn
+        .query(
+            redis::cmd("PEXPIRE")
+                .arg(key)
+                .arg((ahead_us + window_us) / 1_000),
+        )
+        .await
+        .unwrap();
+    stamps
+}
+
+/// The scores of `key`, oldest first.
+async fn scores(conn: &RedisConnection, key: &str) -> Vec<u64> {
+    let hits: Vec<(u64, u64)> = conn
+        .query(
+            redis::cmd("ZRANGE")
+                .arg(key)
+                .arg(0)
+                .arg(-1)
+                .arg("WITHSCORES"),
+        )
+        .await
+        .unwrap();
+    hits.into_iter().map(|(_, score)| score).collect()
+}
+
+// A full key of 5 per 2 s whose hits are stamped an hour ahead (100 ms
+// apart) is refused for what its hits hold from now: they are moved back so
+// that the newest is the script's TIME, their spacing and count kept, the
+// oldest leaves 1.6 s later (Retry-After: 2, not 3602), the key expires
+// with its newest hit, and a call after 1.7 s is admitted. A key of 1 per
+// 60 s whose one hit is an hour ahead is refused for 60 s, not 3660.
+#[tokio::test]
+async fn a_redis_clock_stepped_back_an_hour_refuses_a_full_key_for_one_window_at_most() {
+    const HOUR_US: u64 = 3_600_000_000;
+    let server = RedisServer::start();
+    let conn = connect(&server.url());
+    let limiter = RedisRateLimiter::new(conn.clone()).with_prefix("step:");
+    let cfg = SlidingWindowConfig::new(5, Duration::from_secs(2));
+    let seeded =
+        hits_from_before_a_step_back(&conn, "step:k", HOUR_US, 100_000, 5, 2_000_000).await;
+
+    let refused = limiter.acquire("k", &cfg).await.unwrap();
+    let after = redis_time_us(&conn).await;
+    assert!(!refused.allowed);
+    assert_eq!(refused.retry_after, Some(Duration::from_millis(1_600)));
+    assert_eq!(refused.retry_after_secs(), Some(2));
+    let moved = scores(&conn, "step:k").await;
+    assert_eq!(moved.len(), 5, "no hit is lost");
+    let shift = seeded[4] - moved[4];
+    assert!(moved[4] <= after, "{} later than TIME {after}", moved[4]);
+    assert_eq!(
+        moved,
+        seeded.iter().map(|s| s - shift).collect::<Vec<_>>(),
+        "the spacing is kept"
+    );
+    let ttl: i64 = conn.query(redis::cmd("PTTL").arg("step:k")).await.unwrap();
+    assert!(ttl > 0 && ttl <= 2_000, "PTTL {ttl}");
+
+    tokio::time::sleep(Duration::from_millis(1_700)).await;
+    assert!(limiter.acquire("k", &cfg).await.unwrap().allowed);
+
+    let one = SlidingWindowConfig::new(1, Duration::from_secs(60));
+    hits_from_before_a_step_back(&conn, "step:one", HOUR_US, 0, 1, 60_000_000).await;
+    let refused = limiter.acquire("one", &one).await.unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(refused.retry_after, Some(Duration::from_secs(60)));
+    assert_eq!(
+        limiter
+            .retry_after("one", &one)
+            .await
+            .unwrap()
+            .map(|w| w <= Duration::from_secs(60)),
+        Some(true)
+    );
+}
+
+// The same step on a key that is not full: 3 hits an hour ahead, 100 ms
+// apart, under 5 per 2 s. Two calls are admitted; the third finds the key
+// full, moves the three back (the newest to its TIME) and waits 1.8 s for
+// the oldest of them. Once a window has passed, all five places are free
+// again: no hit holds a place for the step.
+#[tokio::test]
+async fn a_redis_clock_stepped_back_leaves_no_hit_holding_a_place_for_the_step() {
+    let server = RedisServer::start();
+    let conn = connect(&server.url());
+    let limiter = RedisRateLimiter::new(conn.clone()).with_prefix("step:");
+    let cfg = SlidingWindowConfig::new(5, Duration::from_secs(2));
+    hits_from_before_a_step_back(&conn, "step:k", 3_600_000_000, 100_000, 3, 2_000_000).await;
+
+    let remaining: Vec<u64> = [
+        limiter.acquire("k", &cfg).await.unwrap(),
+        limiter.acquire("k", &cfg).await.unwrap(),
+    ]
+    .iter()
+    .map(|d| d.remaining)
+    .collect();
+    assert_eq!(remaining, [1, 0]);
+    let refused = limiter.acquire("k", &cfg).await.unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(refused.retry_after, Some(Duration::from_millis(1_800)));
+    let after = redis_time_us(&conn).await;
+    let moved = scores(&conn, "step:k").await;
+    assert_eq!(moved.len(), 5, "no hit is lost");
+    assert!(
+        moved.iter().all(|&s| s <= after),
+        "{moved:?} against {after}"
+    );
+
+    tokio::time::sleep(Duration::from_millis(2_100)).await;
+    let mut remaining = Vec::new();
+    for _ in 0..5 {
+        let d = limiter.acquire("k", &cfg).await.unwrap();
+        assert!(d.allowed, "refused for {:?}", d.retry_after);
+        remaining.push(d.remaining);
+    }
+    assert_eq!(remaining, [4, 3, 2, 1, 0]);
 }

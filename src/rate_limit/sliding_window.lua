@@ -47,7 +47,8 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
 local count = redis.call('ZCARD', key)
 
-if admit and count < max then
+-- Records the call as a hit at now, and answers.
+local function record()
   local stamp = now
   local member = string.format('%d', stamp)
   while redis.call('ZADD', key, 'NX', member, member) == 0 do
@@ -56,18 +57,65 @@ if admit and count < max then
   end
   -- The key lives until its newest hit leaves the window, then Redis drops
   -- it by itself. (A refused call changes no hit, so it keeps this expiry.)
-  -- Should Redis's clock step back, hits stamped before the step would
-  -- outlive this expiry by the size of the step; Redis clocks slew rather
-  -- than step, and the lookup that would cover it costs every call.
+  -- Hits still stamped later than now (see below) may go with it: they
+  -- were made before the step, so their window has passed by then too.
   redis.call('PEXPIRE', key, string.format('%d', math.ceil((stamp + window - now) / 1000)))
   return string.format('1 %d 0 %d', count + 1, now)
 end
 
-local gate = 0
-if count > 0 then
-  local index = math.max(count - max, 0)
-  local hit = redis.call('ZRANGE', key, index, index, 'WITHSCORES')
-  gate = tonumber(hit[2])
+if admit and count < max then
+  return record()
+end
+
+-- A key found full whose newest hit is stamped later than now: Redis's
+-- clock has stepped back since it was made (NTP, an operator, a restored
+-- snapshot). The hits later than now are moved back by the same amount, so
+-- that the newest is now: their order, spacing and count are kept, none
+-- holds a place longer than one window from now (not for the step and a
+-- window), and the expiry, which Redis keeps as a time of its clock, is set
+-- again from the moved hits. Each hit is moved back by no more than the
+-- clock stepped, so it stays at or after the time it was really made: the
+-- limit holds in real time. This runs only after a step back, so reading
+-- and writing every such hit is fine; a call that is admitted leaves them
+-- for the first call that finds the key full (they count meanwhile, as
+-- they should). Under a limit of 1 the newest hit is also the one whose
+-- leaving frees the place, so a refusal there reads no more than before.
+local gate = nil
+if count >= max then
+  local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  if newest > now then
+    local after_now = '(' .. string.format('%d', now)
+    local later = redis.call('ZRANGEBYSCORE', key, after_now, '+inf')
+    redis.call('ZREMRANGEBYSCORE', key, after_now, '+inf')
+    local shift = newest - now
+    local top = now
+    for _, moved in ipairs(later) do
+      local stamp = tonumber(moved) - shift
+      local member = string.format('%d', stamp)
+      while redis.call('ZADD', key, 'NX', member, member) == 0 do
+        stamp = stamp + 1
+        member = string.format('%d', stamp)
+      end
+      top = math.max(top, stamp)
+    end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil((top + window - now) / 1000)))
+    count = redis.call('ZCARD', key)
+    if admit and count < max then
+      return record()
+    end
+  elseif max == 1 then
+    gate = newest
+  end
+end
+
+if gate == nil then
+  gate = 0
+  if count > 0 then
+    local index = math.max(count - max, 0)
+    local hit = redis.call('ZRANGE', key, index, index, 'WITHSCORES')
+    gate = tonumber(hit[2])
+  end
 end
 
 return string.format('0 %d %d %d', count, gate, now)

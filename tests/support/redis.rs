@@ -216,6 +216,25 @@ impl RedisServer {
         &self,
         run: F,
     ) -> Vec<String> {
+        self.monitor_during(run, false).await
+    }
+
+    /// The commands that scripts ran while `run` ran, as `MONITOR` shows
+    /// them: lower-case names, in order.
+    pub async fn script_commands_during<F: std::future::Future<Output = ()>>(
+        &self,
+        run: F,
+    ) -> Vec<String> {
+        self.monitor_during(run, true).await
+    }
+
+    /// The commands `MONITOR` shows while `run` runs: those of scripts when
+    /// `scripts`, else those of clients.
+    async fn monitor_during<F: std::future::Future<Output = ()>>(
+        &self,
+        run: F,
+        scripts: bool,
+    ) -> Vec<String> {
         use std::io::{BufRead, BufReader};
         let mut monitor = TcpStream::connect(("127.0.0.1", self.port)).unwrap();
         monitor
@@ -244,7 +263,7 @@ impl RedisServer {
             if name == "echo" && command.contains("end-of-run") {
                 return sent;
             }
-            if !client.ends_with(" lua") {
+            if client.ends_with(" lua") == scripts {
                 sent.push(name);
             }
         }
