@@ -231,6 +231,10 @@ impl InMemoryRateLimiter {
         let place = self.shards.place(key);
         let mut locked = self.shards.lock(key);
         let bucket = locked.get_mut()?;
+        // Read again under the lock, as a decision reads it: a call that
+        // stamped a hit while this one waited for the lock must not look
+        // like a clock that stepped back.
+        let now = now.max(self.clock.unix_nanos());
         bucket.catch_up(now.div_ceil(NANOS_PER_MILLI));
         if bucket.trim(now / NANOS_PER_MILLI, window_ms) {
             self.shards.drop_bucket(&mut locked, place);
