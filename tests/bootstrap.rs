@@ -670,6 +670,14 @@ fn env_example_lists_every_variable_and_boots_as_written() {
             "{variable} is missing from .env.example"
         );
     }
+    // The two prefixes are there, commented out: set blank they would be
+    // no prefix, as in Laravel.
+    let text = std::fs::read_to_string(path).unwrap();
+    for commented in ["# CACHE_PREFIX=\n", "# REDIS_PREFIX=\n"] {
+        assert!(text.contains(commented), "{commented:?}");
+    }
+    let cache = suprnova::cache::CacheConfig::from_env(&Env::from_pairs(pairs.clone())).unwrap();
+    assert_eq!(cache.key_prefix(), "laravel-database-laravel-cache-");
     let plan = BootPlan::from_env(&Env::from_pairs(pairs)).unwrap();
     assert_eq!(plan.environment, Environment::Local);
     assert_eq!(plan.driver, DriverChoice::Memory);

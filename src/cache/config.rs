@@ -209,8 +209,9 @@ fn store_kind(env: &Env) -> Result<CacheStoreKind, ConfigError> {
 }
 
 fn prefix(env: &Env, variable: &str, app_name: &str, suffix: &str) -> Result<String, ConfigError> {
-    // An explicit prefix is taken as written: Laravel does not trim it.
-    if let Some(set) = env.text(variable)? {
+    // An explicit prefix is taken as written, and one set blank (or
+    // `(empty)`) is no prefix, as Laravel's `env()` reads it.
+    if let Some(set) = env.laravel_text(variable)? {
         return Ok(set);
     }
     if !app_name.is_ascii() {
@@ -420,6 +421,21 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("CACHE_PREFIX"), "{err}");
+    }
+
+    /// A prefix set blank in a Laravel `.env` (`CACHE_PREFIX=`), or written
+    /// `(empty)`, is no prefix there, and so here: the counters of such an
+    /// application are read under the same keys.
+    #[test]
+    fn a_prefix_set_blank_is_no_prefix_as_in_laravel() {
+        for blank in ["", "  ", "(empty)", "EMPTY"] {
+            let config =
+                CacheConfig::from_env(&env(&[("CACHE_PREFIX", blank), ("REDIS_PREFIX", "x_")]))
+                    .unwrap();
+            assert_eq!(config.key_prefix(), "x_", "{blank:?}");
+            let config = CacheConfig::from_env(&env(&[("REDIS_PREFIX", blank)])).unwrap();
+            assert_eq!(config.key_prefix(), "laravel-cache-", "{blank:?}");
+        }
     }
 
     #[cfg(feature = "redis")]

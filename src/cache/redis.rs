@@ -33,7 +33,7 @@ static INCREMENT_IF_BELOW: LazyLock<LuaScript> =
 ///   | Laravel application | prefix |
 ///   | --- | --- |
 ///   | framework 13 defaults, skeleton 12.x since v12.1.0 (`REDIS_PREFIX` `laravel-database-`, `CACHE_PREFIX` `laravel-cache-`) | `laravel-database-laravel-cache-` |
-///   | skeletons 10.x, 11.x, 12.0.x (`laravel_database_`, `laravel_cache_`) | `laravel_database_laravel_cache_` |
+///   | skeletons 11.x, 12.0.x (`laravel_database_`, `laravel_cache_`) | `laravel_database_laravel_cache_` |
 ///   | Laravel 10 and earlier, whose store appends `:` to the cache prefix | `laravel_database_laravel_cache_:` |
 ///   | an app that sets `REDIS_PREFIX` / `CACHE_PREFIX` | the two values, concatenated |
 ///

@@ -114,6 +114,36 @@ impl Env {
         }
     }
 
+    /// The value of `name` as Laravel's `env()` reads a string setting:
+    /// trimmed, and `Some("")` when it is set but blank, or written `empty`
+    /// or `(empty)`, where [`text`](Self::text) takes a blank for unset.
+    /// `None` only when unset. For the settings a Laravel application and
+    /// this crate must read alike, such as the cache's key prefixes.
+    ///
+    /// ```
+    /// use suprnova::config::Env;
+    ///
+    /// let env = Env::from_pairs([("A", ""), ("B", "(empty)"), ("C", " app_ ")]);
+    /// assert_eq!(env.laravel_text("A").unwrap().as_deref(), Some(""));
+    /// assert_eq!(env.laravel_text("B").unwrap().as_deref(), Some(""));
+    /// assert_eq!(env.laravel_text("C").unwrap().as_deref(), Some("app_"));
+    /// assert_eq!(env.laravel_text("UNSET").unwrap(), None);
+    /// ```
+    pub fn laravel_text(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        if (self.lookup)(name).is_none() {
+            return Ok(None);
+        }
+        Ok(Some(match self.text(name)? {
+            Some(empty)
+                if empty.eq_ignore_ascii_case("empty") || empty.eq_ignore_ascii_case("(empty)") =>
+            {
+                String::new()
+            }
+            Some(value) => value,
+            None => String::new(),
+        }))
+    }
+
     /// As [`text`](Self::text), for a password: a refusal does not show the
     /// value.
     pub fn secret(&self, name: &str) -> Result<Option<String>, ConfigError> {

@@ -86,7 +86,8 @@ pub const DEFAULT_DECAY_SECONDS: i64 = 60;
 /// `X-RateLimit-Remaining: 0`, `Retry-After` (whole seconds until the
 /// second the window's timer holds, at least 1, as Laravel counts them: up
 /// to a second before the window's count ends) and `X-RateLimit-Reset`
-/// (that second, in Unix seconds).
+/// (now plus `Retry-After`, in Unix seconds, as Laravel sets it: the
+/// timer's second, or the second after it in the window's last second).
 /// A [`Limit::response`] callback's response replaces the 429 and gets
 /// those of the four headers it did not set itself.
 ///
