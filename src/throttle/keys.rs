@@ -62,10 +62,16 @@ pub(super) fn prefixed(prefix: &str, key: String) -> String {
 /// as it is, readable.
 pub(super) fn naming_no_timer(mut key: String) -> String {
     // Cleaning maps each character on its own, and only `:` to `:`, so
-    // the cleaned key's tail after its last `:` is the raw tail's, cleaned.
-    let ends_as_a_timer = key
-        .rfind(':')
-        .is_some_and(|colon| cleaned(&key[colon..]) == TIMER_SUFFIX);
+    // the cleaned key's tail after its last `:` is the raw tail's, cleaned;
+    // and a character it keeps or makes a letter of is one character, so
+    // only a tail of six characters can clean to `:timer` (an address's
+    // tail is not cleaned at all).
+    let ends_as_a_timer = key.rfind(':').is_some_and(|colon| {
+        let tail = &key[colon..];
+        tail.len() <= 4 * TIMER_SUFFIX.len()
+            && tail.chars().count() == TIMER_SUFFIX.len()
+            && cleaned(tail) == TIMER_SUFFIX
+    });
     if ends_as_a_timer || key.ends_with('~') {
         key.push('~');
     }
