@@ -680,3 +680,31 @@ proptest! {
         prop_assert!(most_in_any_window(&admitted, window_ms) <= max as usize);
     }
 }
+
+/// A key whose window is lengthened (5 per 300 ms, then 5 per 5 s) counts
+/// its hits under the window of the last call on it, counted or refused:
+/// the sweep, once a second, trims the bucket to that window, so the hits
+/// of the short window hold their places for the long one once a call has
+/// been made with it.
+#[test]
+fn a_lengthened_window_counts_the_hits_under_the_window_of_the_last_call() {
+    let clock = FakeClock::at_unix(1_000_000);
+    let limiter = InMemoryRateLimiter::with_clock(clock.shared());
+    let short = SlidingWindowConfig::new(5, Duration::from_millis(300));
+    let long = SlidingWindowConfig::new(5, Duration::from_secs(5));
+    for _ in 0..5 {
+        assert!(limiter.acquire_now("k", &short).unwrap().allowed);
+    }
+    clock.advance(Duration::from_millis(100));
+    assert!(!limiter.acquire_now("k", &long).unwrap().allowed);
+    // Another key's calls keep the sweep running, once a second.
+    for _ in 0..19 {
+        clock.advance(Duration::from_millis(100));
+        let _ = limiter.acquire_now("other", &long).unwrap();
+    }
+    let refused = limiter.acquire_now("k", &long).unwrap();
+    assert!(!refused.allowed);
+    assert_eq!(refused.retry_after, Some(Duration::from_secs(3)));
+    clock.advance(Duration::from_secs(3));
+    assert!(limiter.acquire_now("k", &long).unwrap().allowed);
+}

@@ -247,11 +247,13 @@ async fn a_decision_is_one_evalsha_refusals_included() {
     }
 }
 
-// What the script runs on a key whose clock has not stepped: what it ran
-// before it learned of clock steps. A refusal reads the hit it waits for,
-// and only when that hit is later than TIME does it read more.
+// What the script runs on a key whose clock has not stepped: an admission
+// runs what it ran before the script learned of clock steps; a refusal
+// reads the newest hit to see whether it is later than TIME, which under a
+// limit of 1 is also the hit it waits for, and under a higher limit is one
+// read more.
 #[tokio::test]
-async fn a_script_call_on_a_clock_that_has_not_stepped_reads_no_more_than_before() {
+async fn the_script_reads_the_newest_hit_only_on_a_key_found_full() {
     let server = RedisServer::start();
     let limiter = limiter_on(&server.url(), "script_commands");
     assert!(
@@ -269,12 +271,17 @@ async fn a_script_call_on_a_clock_that_has_not_stepped_reads_no_more_than_before
             .await
     };
     let admitted = ["time", "zremrangebyscore", "zcard", "zadd", "pexpire"];
-    let refused = ["time", "zremrangebyscore", "zcard", "zrange"];
     assert_eq!(run("one", 1).await, admitted);
-    assert_eq!(run("one", 1).await, refused);
+    assert_eq!(
+        run("one", 1).await,
+        ["time", "zremrangebyscore", "zcard", "zrange"]
+    );
     assert_eq!(run("two", 2).await, admitted);
     assert_eq!(run("two", 2).await, admitted);
-    assert_eq!(run("two", 2).await, refused);
+    assert_eq!(
+        run("two", 2).await,
+        ["time", "zremrangebyscore", "zcard", "zrange", "zrange"]
+    );
 }
 
 /// Redis `TIME` in microseconds.
@@ -717,11 +724,9 @@ async fn a_redis_clock_stepped_back_an_hour_refuses_a_full_key_for_one_window_at
 
 // The same step on a key that is not full: 3 hits an hour ahead, 100 ms
 // apart, under 5 per 2 s. Two calls are admitted; the third finds the key
-// full and waits for the older of those two (the hits ahead are not the
-// one it waits for), at most a window. The admissions set the key to
-// expire a window after them, and the hits ahead go with it: they were
-// made before the step, so their window has passed by then too. A window
-// later all five places are free: no hit holds a place for the step.
+// full, moves the three back (the newest to its TIME) and waits 1.8 s for
+// the oldest of them. Once a window has passed, all five places are free
+// again: no hit holds a place for the step.
 #[tokio::test]
 async fn a_redis_clock_stepped_back_leaves_no_hit_holding_a_place_for_the_step() {
     let server = RedisServer::start();
@@ -740,12 +745,14 @@ async fn a_redis_clock_stepped_back_leaves_no_hit_holding_a_place_for_the_step()
     assert_eq!(remaining, [1, 0]);
     let refused = limiter.acquire("k", &cfg).await.unwrap();
     assert!(!refused.allowed);
-    let wait = refused.retry_after.unwrap();
+    assert_eq!(refused.retry_after, Some(Duration::from_millis(1_800)));
+    let after = redis_time_us(&conn).await;
+    let moved = scores(&conn, "step:k").await;
+    assert_eq!(moved.len(), 5, "no hit is lost");
     assert!(
-        wait > Duration::from_millis(1_900) && wait <= Duration::from_secs(2),
-        "{wait:?}"
+        moved.iter().all(|&s| s <= after),
+        "{moved:?} against {after}"
     );
-    assert_eq!(scores(&conn, "step:k").await.len(), 5, "no hit is lost");
 
     tokio::time::sleep(Duration::from_millis(2_100)).await;
     let mut remaining = Vec::new();
@@ -755,4 +762,33 @@ async fn a_redis_clock_stepped_back_leaves_no_hit_holding_a_place_for_the_step()
         remaining.push(d.remaining);
     }
     assert_eq!(remaining, [4, 3, 2, 1, 0]);
+}
+
+// The same 3 hits an hour ahead under 5 per 2 s, with a call every 500 ms
+// (4 in any 2 s, under the limit): the first call that finds the key full
+// moves them back, and a window later no call is refused. Had they stayed
+// ahead, every admission would renew the key's expiry and they would hold
+// 3 of the 5 places for the hour of the step.
+#[tokio::test]
+async fn a_redis_clock_stepped_back_moves_hits_under_steady_traffic() {
+    let server = RedisServer::start();
+    let conn = connect(&server.url());
+    let limiter = RedisRateLimiter::new(conn.clone()).with_prefix("step:");
+    let cfg = SlidingWindowConfig::new(5, Duration::from_secs(2));
+    hits_from_before_a_step_back(&conn, "step:k", 3_600_000_000, 100_000, 3, 2_000_000).await;
+
+    let start = std::time::Instant::now();
+    let mut refused_a_window_on = Vec::new();
+    while start.elapsed() < Duration::from_secs(6) {
+        let d = limiter.acquire("k", &cfg).await.unwrap();
+        let at = start.elapsed();
+        if !d.allowed && at > Duration::from_millis(3_000) {
+            refused_a_window_on.push(format!("{:.1}s", at.as_secs_f64()));
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(
+        refused_a_window_on.is_empty(),
+        "4 calls in 2 s refused under a limit of 5, a window after the step, at {refused_a_window_on:?}"
+    );
 }

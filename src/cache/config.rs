@@ -424,11 +424,14 @@ mod tests {
     }
 
     /// A prefix set blank in a Laravel `.env` (`CACHE_PREFIX=`), or written
-    /// `(empty)`, is no prefix there, and so here: the counters of such an
-    /// application are read under the same keys.
+    /// `(empty)`, `null` or `false`, is no prefix there, and so here: the
+    /// counters of such an application are read under the same keys. `true`
+    /// is `1`, as PHP writes it.
     #[test]
     fn a_prefix_set_blank_is_no_prefix_as_in_laravel() {
-        for blank in ["", "  ", "(empty)", "EMPTY"] {
+        for blank in [
+            "", "  ", "(empty)", "EMPTY", "null", "(NULL)", "false", "(false)",
+        ] {
             let config =
                 CacheConfig::from_env(&env(&[("CACHE_PREFIX", blank), ("REDIS_PREFIX", "x_")]))
                     .unwrap();
@@ -436,6 +439,8 @@ mod tests {
             let config = CacheConfig::from_env(&env(&[("REDIS_PREFIX", blank)])).unwrap();
             assert_eq!(config.key_prefix(), "laravel-cache-", "{blank:?}");
         }
+        let config = CacheConfig::from_env(&env(&[("CACHE_PREFIX", "(true)")])).unwrap();
+        assert_eq!(config.key_prefix(), "laravel-database-1");
     }
 
     #[cfg(feature = "redis")]

@@ -115,32 +115,37 @@ impl Env {
     }
 
     /// The value of `name` as Laravel's `env()` reads a string setting:
-    /// trimmed, and `Some("")` when it is set but blank, or written `empty`
-    /// or `(empty)`, where [`text`](Self::text) takes a blank for unset.
-    /// `None` only when unset. For the settings a Laravel application and
-    /// this crate must read alike, such as the cache's key prefixes.
+    /// trimmed; `Some("")` when it is set but blank, or written `empty`,
+    /// `null` or `false` (with or without parentheses, in any case: the
+    /// empty string, null and false, which PHP makes an empty string of),
+    /// where [`text`](Self::text) takes a blank for unset; `Some("1")` for
+    /// `true`. `None` only when unset. For the settings a Laravel
+    /// application and this crate must read alike, such as the cache's key
+    /// prefixes.
     ///
     /// ```
     /// use suprnova::config::Env;
     ///
-    /// let env = Env::from_pairs([("A", ""), ("B", "(empty)"), ("C", " app_ ")]);
+    /// let env = Env::from_pairs([("A", ""), ("B", "(empty)"), ("C", " app_ "), ("D", "NULL")]);
     /// assert_eq!(env.laravel_text("A").unwrap().as_deref(), Some(""));
     /// assert_eq!(env.laravel_text("B").unwrap().as_deref(), Some(""));
     /// assert_eq!(env.laravel_text("C").unwrap().as_deref(), Some("app_"));
+    /// assert_eq!(env.laravel_text("D").unwrap().as_deref(), Some(""));
     /// assert_eq!(env.laravel_text("UNSET").unwrap(), None);
     /// ```
     pub fn laravel_text(&self, name: &str) -> Result<Option<String>, ConfigError> {
         if (self.lookup)(name).is_none() {
             return Ok(None);
         }
-        Ok(Some(match self.text(name)? {
-            Some(empty)
-                if empty.eq_ignore_ascii_case("empty") || empty.eq_ignore_ascii_case("(empty)") =>
-            {
-                String::new()
-            }
-            Some(value) => value,
-            None => String::new(),
+        let Some(value) = self.text(name)? else {
+            return Ok(Some(String::new()));
+        };
+        let word = value.strip_prefix('(').and_then(|v| v.strip_suffix(')'));
+        let word = word.unwrap_or(&value).to_ascii_lowercase();
+        Ok(Some(match word.as_str() {
+            "empty" | "null" | "false" => String::new(),
+            "true" => "1".to_owned(),
+            _ => value,
         }))
     }
 

@@ -50,13 +50,15 @@ const MAX_WINDOW: Duration = Duration::from_micros(1 << 50);
 /// years long.
 ///
 /// Redis's `TIME` is a wall clock, which NTP or an operator may step. After
-/// a step back, a call refused for a hit stamped later than `TIME` first
-/// moves the hits stamped later than `TIME` back by the same amount, so
-/// that the newest is now, and sets the key's expiry again: their count and
-/// spacing are kept, and a refusal never waits more than one window, never
-/// the step and a window. Until then they count as they are, and a call
-/// admitted meanwhile sets the key to expire, with them, a window after it.
-/// A step forward ages every hit by the step, as the window reads them.
+/// a step back, the first call that finds a key full with its newest hit
+/// later than `TIME` moves the hits stamped later than `TIME` back by the
+/// same amount, so that the newest is now, and sets the key's expiry again:
+/// their count and spacing are kept, and a full key is refused for one
+/// window at most, never for the step and a window. A call admitted before
+/// that leaves them counting as they are. A step forward ages every hit by
+/// the step, as the window reads them. To see a step, a refusal under a
+/// limit above 1 reads the newest hit: one command more in the script, in
+/// the same round trip.
 ///
 /// ```rust,no_run
 /// use std::sync::Arc;

@@ -67,52 +67,55 @@ if admit and count < max then
   return record()
 end
 
--- The time of the hit whose leaving frees a place (0 for an empty bucket).
-local function gate_of(count)
-  if count == 0 then
-    return 0
+-- A key found full whose newest hit is stamped later than now: Redis's
+-- clock has stepped back since it was made (NTP, an operator, a restored
+-- snapshot). The hits later than now are moved back by the same amount, so
+-- that the newest is now: their order, spacing and count are kept, none
+-- holds a place longer than one window from now (not for the step and a
+-- window), and the expiry, which Redis keeps as a time of its clock, is set
+-- again from the moved hits. Each hit is moved back by no more than the
+-- clock stepped, so it stays at or after the time it was really made: the
+-- limit holds in real time. This runs only after a step back, so reading
+-- and writing every such hit is fine; a call that is admitted leaves them
+-- for the first call that finds the key full (they count meanwhile, as
+-- they should). Under a limit of 1 the newest hit is also the one whose
+-- leaving frees the place, so a refusal there reads no more than before.
+local gate = nil
+if count >= max then
+  local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  if newest > now then
+    local after_now = '(' .. string.format('%d', now)
+    local later = redis.call('ZRANGEBYSCORE', key, after_now, '+inf')
+    redis.call('ZREMRANGEBYSCORE', key, after_now, '+inf')
+    local shift = newest - now
+    local top = now
+    for _, moved in ipairs(later) do
+      local stamp = tonumber(moved) - shift
+      local member = string.format('%d', stamp)
+      while redis.call('ZADD', key, 'NX', member, member) == 0 do
+        stamp = stamp + 1
+        member = string.format('%d', stamp)
+      end
+      top = math.max(top, stamp)
+    end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+    redis.call('PEXPIRE', key, string.format('%d', math.ceil((top + window - now) / 1000)))
+    count = redis.call('ZCARD', key)
+    if admit and count < max then
+      return record()
+    end
+  elseif max == 1 then
+    gate = newest
   end
-  local index = math.max(count - max, 0)
-  return tonumber(redis.call('ZRANGE', key, index, index, 'WITHSCORES')[2])
 end
 
-local gate = gate_of(count)
-
--- A gate stamped later than now: Redis's clock has stepped back since the
--- hit was made (NTP, an operator, a restored snapshot), and the wait would
--- be the step and a window. The hits later than now are moved back by the
--- same amount, so that the newest is now: their order, spacing and count
--- are kept, none holds a place longer than one window from now, and the
--- expiry, which Redis keeps as a time of its clock, is set again from the
--- moved hits. Each hit is moved back by no more than the clock stepped, so
--- it stays at or after the time it was really made: the limit holds in real
--- time. This runs only after a step back; every other call reads no more
--- than before. A gate at or before now waits at most a window, whatever
--- later hits hold: they are moved when one of them is the gate, and count
--- until then, as they should.
-if gate > now then
-  local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-  local after_now = '(' .. string.format('%d', now)
-  local later = redis.call('ZRANGEBYSCORE', key, after_now, '+inf')
-  redis.call('ZREMRANGEBYSCORE', key, after_now, '+inf')
-  local shift = newest - now
-  local top = now
-  for _, moved in ipairs(later) do
-    local stamp = tonumber(moved) - shift
-    local member = string.format('%d', stamp)
-    while redis.call('ZADD', key, 'NX', member, member) == 0 do
-      stamp = stamp + 1
-      member = string.format('%d', stamp)
-    end
-    top = math.max(top, stamp)
+if gate == nil then
+  gate = 0
+  if count > 0 then
+    local index = math.max(count - max, 0)
+    local hit = redis.call('ZRANGE', key, index, index, 'WITHSCORES')
+    gate = tonumber(hit[2])
   end
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-  redis.call('PEXPIRE', key, string.format('%d', math.ceil((top + window - now) / 1000)))
-  count = redis.call('ZCARD', key)
-  if admit and count < max then
-    return record()
-  end
-  gate = gate_of(count)
 end
 
 return string.format('0 %d %d %d', count, gate, now)
