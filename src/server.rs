@@ -33,7 +33,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpSocket, ToSocketAddrs};
 
 use crate::container::App;
-use crate::http::{BoxError, HttpResponse, Request, TrustedProxies, host_fault};
+use crate::http::{BoxError, HttpResponse, Request, TrustedProxies, host_fault, target_fault};
 use crate::routing::{ConnectionRouter, RouteError, Router, panicked};
 use crate::ws::Sessions;
 
@@ -262,7 +262,9 @@ impl Server {
                     let idle = period.map(|period| IdleWatch::new(activity.clone(), period));
                     let service = service_fn(move |req: http::Request<Incoming>| {
                         let busy = activity.begin();
-                        if let Some(fault) = host_fault(req.version(), req.headers()) {
+                        if let Some(fault) = target_fault(req.method(), req.uri())
+                            .or_else(|| host_fault(req.version(), req.headers()))
+                        {
                             let refused = HttpResponse::text(fault).status(400).into_http();
                             return Either::Left(std::future::ready(Ok(refused)));
                         }

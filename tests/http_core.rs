@@ -593,6 +593,15 @@ async fn the_server_refuses_a_missing_duplicate_or_invalid_host() {
             "GET / HTTP/1.1\r\nHost: user@a\r\nConnection: close\r\n\r\n",
             "invalid Host header\n",
         ),
+        // A target in authority form names no path: it is for CONNECT.
+        (
+            "GET example.com:80 HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            "the request target must be a path (or an absolute URI)\n",
+        ),
+        (
+            "GET login HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            "the request target must be a path (or an absolute URI)\n",
+        ),
     ] {
         let answer = answer(head).await;
         assert!(
@@ -608,12 +617,13 @@ async fn the_server_refuses_a_missing_duplicate_or_invalid_host() {
     for head in [
         "GET / HTTP/1.0\r\n\r\n",
         "GET / HTTP/1.1\r\nHost: 127.0.0.1:80\r\nConnection: close\r\n\r\n",
+        "GET http://a HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
     ] {
         let answer = answer(head).await;
         assert!(answer.contains(" 200 OK\r\n"), "{head:?}: {answer:?}");
         assert!(answer.ends_with("\r\n\r\nhi"), "{head:?}: {answer:?}");
     }
-    assert_eq!(served.load(Ordering::SeqCst), 2);
+    assert_eq!(served.load(Ordering::SeqCst), 3);
     server.stop().await;
 }
 

@@ -1,8 +1,17 @@
-//! The `Host` header rules a server enforces before it routes a request
-//! (RFC 9112, section 3.2).
+//! The request-target and `Host` header rules a server enforces before it
+//! routes a request (RFC 9112, section 3.2).
 
 use http::header::HOST;
-use http::{HeaderMap, Version};
+use http::{HeaderMap, Method, Uri, Version};
+
+/// Why a request's target makes it a bad request, or `None` when it may be
+/// served: a target in authority form (`example.com:80`, or a word such as
+/// `login`, read as one) is for `CONNECT` alone (RFC 9112, section 3.2.3),
+/// and names no path a route could match; served, it reached the `/` route.
+pub(crate) fn target_fault(method: &Method, uri: &Uri) -> Option<&'static str> {
+    (uri.path().is_empty() && method != Method::CONNECT)
+        .then_some("the request target must be a path (or an absolute URI)\n")
+}
 
 /// Why a request's `Host` header makes it a bad request, or `None` when it
 /// may be served.

@@ -10,7 +10,7 @@ mod request;
 mod response;
 
 pub use body::{BodyError, BodyTimeout, BoxError};
-pub(crate) use host::host_fault;
+pub(crate) use host::{host_fault, target_fault};
 pub use proxies::{TrustedProxies, TrustedProxiesError};
 pub use request::{AuthenticatedUser, Request};
 pub use response::{HttpResponse, IntoResponse, Response};

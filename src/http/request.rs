@@ -114,7 +114,13 @@ impl Request {
         &self.parts.uri
     }
 
-    /// The path, without the query string.
+    /// The path, without the query string, as the client sent it (as
+    /// Laravel's `path()` gives it, escapes and all). Not for a bucket key:
+    /// `/reports/`, `//reports` and `/%72eports` reach the route `/reports`
+    /// each with a path of its own, so a limit keyed on it would count each
+    /// spelling apart; key a per-path limit on
+    /// [`route_path`](Self::route_path), a per-route one on
+    /// [`matched_route`](Self::matched_route).
     pub fn path(&self) -> &str {
         self.parts.uri.path()
     }

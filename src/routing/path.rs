@@ -32,9 +32,14 @@ impl PathPattern {
         let mut segments = Vec::new();
         for part in raw.split('/').filter(|s| !s.is_empty()) {
             if let Some(name) = part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
-                if name.is_empty() || name.contains(['{', '}']) {
+                // Letters, digits and `_`, as Laravel names them: `{id?}`
+                // (optional) and `{id:...}` are forms this router does not
+                // have, and would otherwise be read as a parameter named so.
+                if name.is_empty() || !name.chars().all(|c| c.is_alphanumeric() || c == '_') {
                     return Err(format!(
-                        "route path {raw:?} has an invalid parameter {part:?}"
+                        "route path {raw:?} has an invalid parameter {part:?}: a parameter is \
+                         named with letters, digits and `_` (optional parameters, `{{id?}}`, \
+                         are not supported)"
                     ));
                 }
                 segments.push(Segment::Param(name.to_owned()));
@@ -48,6 +53,14 @@ impl PathPattern {
                         "route path {raw:?} has a segment {part:?} that is not UTF-8 once decoded"
                     )
                 })?;
+                // Decoded, a `/` or a brace would spell another route's path
+                // in the route's one name (`/files/a%2Fb` as `/files/a/b`).
+                if literal.contains(['/', '{', '}']) {
+                    return Err(format!(
+                        "route path {raw:?} has a segment {part:?} that decodes to a `/` or a \
+                         brace, which would name it as another route"
+                    ));
+                }
                 segments.push(Segment::Literal(literal.into_owned()));
             }
         }
@@ -176,5 +189,14 @@ mod tests {
         assert!(PathPattern::parse("users").is_err());
         assert!(PathPattern::parse("/a/{}").is_err());
         assert!(PathPattern::parse("/a/b{c}").is_err());
+        for laravel_only in ["/users/{id?}", "/users/{id:[0-9]+}", "/a/{b-c}"] {
+            let refused = PathPattern::parse(laravel_only).unwrap_err();
+            assert!(refused.contains("letters, digits and `_`"), "{refused}");
+        }
+        assert!(PathPattern::parse("/users/{user_id}/{é}").is_ok());
+        for another_name in ["/files/a%2Fb", "/t/%7Bid%7D", "/t/%7d"] {
+            let refused = PathPattern::parse(another_name).unwrap_err();
+            assert!(refused.contains("another route"), "{refused}");
+        }
     }
 }
