@@ -1,6 +1,7 @@
 //! `MemoryStore`: the cache in this process's memory.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -49,6 +50,11 @@ pub struct MemoryStore {
     entries: ShardedMap<Entry>,
     clock: SharedClock,
     sweep: SweepSchedule,
+    /// The number of the last window a rate-limit count opened, which each
+    /// window's timer holds: a counter records the number of the window
+    /// that counted in it, so that a count left by an earlier window is
+    /// told from one of the window just opened, even in the same instant.
+    windows_opened: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -64,11 +70,17 @@ struct Entry {
 #[derive(Debug, Clone)]
 enum Value {
     Integer(i64),
-    /// A counter a rate-limit window counted, with the end of the newest
-    /// window that counted in it (its timer's value).
+    /// A rate-limit window's timer: when the window ends, and the window's
+    /// number (see [`MemoryStore::windows_opened`]).
+    WindowTimer {
+        ends_at: i64,
+        window: u64,
+    },
+    /// A counter a rate-limit window counted, with the number of the newest
+    /// window that counted in it.
     WindowCount {
         count: i64,
-        window_ends_at: i64,
+        window: u64,
     },
     Text(String),
 }
@@ -86,42 +98,55 @@ impl Value {
 
     fn to_text(&self) -> String {
         match self {
-            Value::Integer(n) | Value::WindowCount { count: n, .. } => n.to_string(),
+            Value::Integer(n)
+            | Value::WindowCount { count: n, .. }
+            | Value::WindowTimer { ends_at: n, .. } => n.to_string(),
             Value::Text(text) => text.clone(),
         }
     }
 
     fn integer(&self, key: &str) -> Result<i64, CacheError> {
         match self {
-            Value::Integer(n) | Value::WindowCount { count: n, .. } => Ok(*n),
+            Value::Integer(n)
+            | Value::WindowCount { count: n, .. }
+            | Value::WindowTimer { ends_at: n, .. } => Ok(*n),
             Value::Text(text) => parse_integer(key, text),
         }
     }
 
-    /// The end of the newest window that counted in this counter; `None`
-    /// for a value no window counted.
-    fn window_ends_at(&self) -> Option<i64> {
+    /// The number of the newest window that counted in this counter;
+    /// `None` for a value no window counted.
+    fn counted_in(&self) -> Option<u64> {
         match self {
-            Value::WindowCount { window_ends_at, .. } => Some(*window_ends_at),
+            Value::WindowCount { window, .. } => Some(*window),
             _ => None,
         }
     }
 
-    /// `count`, counted by the window that ends at `window_ends_at` (when
-    /// one did) in a counter that held `self`. A count made in no window
-    /// (a plain increment, or `increment_if_below`, which a rate limiter
-    /// with a window of 0 seconds uses) leaves a counter a window counted
-    /// that window's: full, it refuses until the window ends, not reset as
-    /// a counter no window counted would be.
-    fn counted(&self, count: i64, window_ends_at: Option<i64>) -> Value {
-        match (window_ends_at, self.window_ends_at()) {
-            (Some(ends), held) => Value::WindowCount {
+    /// The number of the window this timer is; 0 for a timer that no
+    /// rate-limit count opened (one `put` wrote, or a Laravel application).
+    fn window_of_timer(&self) -> u64 {
+        match self {
+            Value::WindowTimer { window, .. } => *window,
+            _ => 0,
+        }
+    }
+
+    /// `count`, counted by the window numbered `window` (when one did) in
+    /// a counter that held `self`. A count made in no window (a plain
+    /// increment, or `increment_if_below`, which a rate limiter with a
+    /// window of 0 seconds uses) leaves a counter a window counted that
+    /// window's: full, it refuses until the window ends, not reset as a
+    /// counter no window counted would be.
+    fn counted(&self, count: i64, window: Option<u64>) -> Value {
+        match (window, self.counted_in()) {
+            (Some(window), held) => Value::WindowCount {
                 count,
-                window_ends_at: held.map_or(ends, |held| held.max(ends)),
+                window: held.map_or(window, |held| held.max(window)),
             },
             (None, Some(held)) => Value::WindowCount {
                 count,
-                window_ends_at: held,
+                window: held,
             },
             (None, None) => Value::Integer(count),
         }
@@ -151,6 +176,7 @@ impl MemoryStore {
             entries: ShardedMap::new((threads * 4).max(16)),
             clock,
             sweep,
+            windows_opened: AtomicU64::new(0),
         }
     }
 
@@ -238,40 +264,43 @@ impl MemoryStore {
     /// no counter is reset.
     fn count_in_window(&self, count: WindowIncrement<'_>) -> Result<IncrementOutcome, CacheError> {
         let now = self.now_swept();
-        let (opened, window_ends_at) = {
+        let (opened, window) = {
             let mut timer = self.live(count.timer_key, now);
             let opened = Self::add_locked(
                 &mut timer,
-                || Value::Integer(count.ends_at),
+                || Value::WindowTimer {
+                    ends_at: count.ends_at,
+                    window: self.windows_opened.fetch_add(1, Ordering::Relaxed) + 1,
+                },
                 now,
                 count.ttl(),
             );
-            let ends_at = timer
-                .get()
-                .and_then(|entry| entry.value.integer(count.timer_key).ok());
-            (opened, ends_at)
+            let window = timer.get().map(|entry| entry.value.window_of_timer());
+            (opened, window)
         };
         let mut counter = self.live(count.key, now);
-        if let Some(window) = window_ends_at
+        if opened
+            && let Some(window) = window
             && count.amount <= count.ceiling
         {
             // A counter is a leftover only when this call opened the
             // window, as Redis's script reads it: under a timer it did not
             // open, the counter is the window's count, whatever the timer
             // holds (a timer's value changed by a caller is no new window).
-            // And then only one an older window counted in, or no window
+            // And then only one an earlier window counted in, or no window
             // (put, or made by increment): one this window counted in is its
-            // count. (The timer and the counter are locked one after the
-            // other, so a caller that finds the timer another has just
-            // opened, and reaches a full leftover first, is refused before
-            // the opener resets it: a refusal at the opening of a window,
-            // never an admission too many.)
+            // count. Windows are told apart by number, not by when they end,
+            // so a timer removed and opened again in the same second opens a
+            // window of its own. (The timer and the counter are locked one
+            // after the other, so a caller that finds the timer another has
+            // just opened, and reaches a full leftover first, is refused
+            // before the opener resets it: a refusal at the opening of a
+            // window, never an admission too many.)
             let leftover = |entry: &Entry| {
-                opened
-                    && entry
-                        .value
-                        .window_ends_at()
-                        .is_none_or(|counted_in| counted_in < window)
+                entry
+                    .value
+                    .counted_in()
+                    .is_none_or(|counted_in| counted_in < window)
             };
             let left_full = match counter.get() {
                 Some(entry) if leftover(entry) => {
@@ -291,12 +320,12 @@ impl MemoryStore {
             count.decay_seconds,
             count.amount,
             count.ceiling,
-            window_ends_at,
+            window,
         )
     }
 
     /// [`Store::increment_if_below`] on the locked live entry of `key`.
-    /// A count made in a window (`window_ends_at`, its timer's value) is
+    /// A count made in a window (`window`, its timer's number) is
     /// recorded with it.
     fn count_below(
         shard: &mut Locked<'_, '_, Entry>,
@@ -305,7 +334,7 @@ impl MemoryStore {
         decay_seconds: i64,
         amount: i64,
         ceiling: i64,
-        window_ends_at: Option<i64>,
+        window: Option<u64>,
     ) -> Result<IncrementOutcome, CacheError> {
         let current = match shard.get() {
             Some(entry) => entry.value.integer(key)?,
@@ -317,14 +346,14 @@ impl MemoryStore {
             // Look up before inserting: only a new key allocates.
             match shard.get_mut() {
                 Some(entry) => {
-                    entry.value = entry.value.counted(outcome.count, window_ends_at);
+                    entry.value = entry.value.counted(outcome.count, window);
                     if entry.expires_at.is_none() {
                         entry.expires_at = Self::expiry(now, decay);
                     }
                 }
                 None => {
                     let entry = Entry {
-                        value: Value::Integer(0).counted(outcome.count, window_ends_at),
+                        value: Value::Integer(0).counted(outcome.count, window),
                         expires_at: Self::expiry(now, decay),
                     };
                     shard.insert(entry);
@@ -459,12 +488,12 @@ mod tests {
     use crate::clock::FakeClock;
     use crate::limiter::CacheRateLimiter;
 
-    /// The timer and the counter are locked one after the other: a counter
-    /// the current window filled (its timer's value recorded in it) is kept
-    /// by a call that finds the timer gone and writes the same window again,
-    /// and one an older window left full is reset.
+    /// A counter an earlier window left full is reset by the call that
+    /// opens the next window, even one that ends in the same second (its
+    /// timer removed and written again): windows are told apart by number.
+    /// Under a timer the call did not open, nothing is reset.
     #[tokio::test]
-    async fn only_a_counter_an_older_window_left_full_is_reset() {
+    async fn only_a_counter_an_earlier_window_left_full_is_reset() {
         let store = MemoryStore::with_clock(FakeClock::at_unix(1_000).shared());
         let count = |ends_at| WindowIncrement {
             key: "c",
@@ -483,17 +512,26 @@ mod tests {
             store.count_in_window(count(1_060)).unwrap(),
             outcome(true, 2)
         );
-        // Filled in the window that ends at 1,060: kept.
-        assert!(store.forget("c:timer").await.unwrap());
+        // Full under its own window: refused.
         assert_eq!(
             store.count_in_window(count(1_060)).unwrap(),
             outcome(false, 2)
         );
-        // Left full by that window, found by the next one: reset.
+        // The timer removed: the next call opens a window, and resets.
         assert!(store.forget("c:timer").await.unwrap());
         assert_eq!(
-            store.count_in_window(count(1_061)).unwrap(),
+            store.count_in_window(count(1_060)).unwrap(),
             outcome(true, 1)
+        );
+        assert_eq!(
+            store.count_in_window(count(1_060)).unwrap(),
+            outcome(true, 2)
+        );
+        // A timer whose value a caller raised is no new window: kept full.
+        store.increment("c:timer", 5).await.unwrap();
+        assert_eq!(
+            store.count_in_window(count(1_061)).unwrap(),
+            outcome(false, 2)
         );
         // Written by a plain increment, counted by no window: reset.
         store.put("d", "2", Duration::from_secs(300)).await.unwrap();

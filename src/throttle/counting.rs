@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use futures_util::future::{join_all, try_join, try_join_all};
+use futures_util::future::{join, join_all, try_join_all};
 
 use super::headers::refusal;
 use super::one_or_more::OneOrMore;
@@ -187,8 +187,8 @@ async fn count(
         return Ok(Err(refusal(limit, available_in, now, request)));
     }
     // No window end came with the count (a timer that holds no integer, or
-    // a limit that admits nothing): Laravel's tooManyAttempts tells, and
-    // removes a count whose timer is gone, which opens a new window.
+    // a limit that admits nothing): Laravel's tooManyAttempts tells; a count
+    // whose timer is gone is reset by the count below, in its own step.
     if let Some(refused) = refusal_if_full(limiter, limit, request).await? {
         return Ok(Err(refused));
     }
@@ -203,17 +203,29 @@ async fn count(
 }
 
 /// The refusal of `limit` when its window is full (Laravel's
-/// `tooManyAttempts`), with the seconds until the window ends.
+/// `tooManyAttempts`, without its removal of a count whose timer is gone,
+/// which the count that follows makes atomically), with the seconds until
+/// the window ends: the whole decay when the timer holds no integer (one a
+/// Laravel application wrote in another serializer's form), as Laravel
+/// refuses on the timer's presence alone.
 async fn refusal_if_full(
     limiter: &CacheRateLimiter,
     limit: &Limit,
     request: &Request,
 ) -> Result<Option<HttpResponse>, CacheError> {
-    let (full, available_in) = try_join(
-        limiter.too_many_attempts(&limit.key, limit.max_attempts),
+    let (full, available_in) = join(
+        limiter.window_is_full(&limit.key, limit.max_attempts),
         limiter.available_in(&limit.key),
     )
-    .await?;
+    .await;
+    if !full? {
+        return Ok(None);
+    }
+    let available_in = match available_in {
+        Ok(seconds) => seconds,
+        Err(error) if error.is_backend() => return Err(error),
+        Err(_) => limit.decay_seconds.max(0),
+    };
     let now = limiter.clock().unix_seconds();
-    Ok(full.then(|| refusal(limit, available_in, now, request)))
+    Ok(Some(refusal(limit, available_in, now, request)))
 }
