@@ -11,7 +11,9 @@ use super::store::{
     CacheError, IncrementOutcome, Store, WindowIncrement, add_then_increment_if_below,
     count_then_read_window_end,
 };
-use crate::redis_client::{LuaScript, RedisConnection, ScriptCall, reply_numbers};
+use crate::redis_client::{
+    LuaScript, RedisBackendError, RedisConnection, ScriptCall, reply_numbers,
+};
 
 /// The conditional increment, and with a timer key the window's timer too.
 static INCREMENT_IF_BELOW: LazyLock<LuaScript> =
@@ -118,9 +120,17 @@ impl RedisStore {
         &self.conn
     }
 
-    /// Runs the conditional increment as `call` sets it up.
-    async fn count_below(&self, call: &ScriptCall<'_>) -> Result<IncrementOutcome, CacheError> {
-        let reply: Vec<u8> = self.conn.call_script(call).await?;
+    /// Runs the conditional increment on `key` as `call` sets it up.
+    async fn count_below(
+        &self,
+        key: &str,
+        call: &ScriptCall<'_>,
+    ) -> Result<IncrementOutcome, CacheError> {
+        let reply: Vec<u8> = self
+            .conn
+            .call_script(call)
+            .await
+            .map_err(|e| integer_error(key, e))?;
         let [counted, count] = reply_numbers::<i64, 2>(&reply)?;
         Ok(IncrementOutcome {
             counted: counted == 1,
@@ -171,17 +181,17 @@ impl Store for RedisStore {
     }
 
     async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError> {
-        Ok(self
-            .conn
+        self.conn
             .query(cmd("INCRBY").arg(self.full_key(key)).arg(by))
-            .await?)
+            .await
+            .map_err(|e| integer_error(key, e))
     }
 
     async fn decrement(&self, key: &str, by: i64) -> Result<i64, CacheError> {
-        Ok(self
-            .conn
+        self.conn
             .query(cmd("DECRBY").arg(self.full_key(key)).arg(by))
-            .await?)
+            .await
+            .map_err(|e| integer_error(key, e))
     }
 
     async fn increment_if_below(
@@ -198,7 +208,7 @@ impl Store for RedisStore {
             .arg(ceiling)
             // A second run of a count that adds can only add again.
             .repeatable(amount >= 0);
-        self.count_below(&call).await
+        self.count_below(key, &call).await
     }
 
     /// On one node, the timer's `SET NX EX` and the conditional increment
@@ -233,7 +243,11 @@ impl Store for RedisStore {
             .arg(count.ceiling)
             .arg(count.ends_at)
             .repeatable(count.amount >= 0);
-        let reply: Vec<u8> = self.conn.call_script(&call).await?;
+        let reply: Vec<u8> = self
+            .conn
+            .call_script(&call)
+            .await
+            .map_err(|e| integer_error(count.key, e))?;
         let [counted, count, ends_at] = reply_numbers::<i64, 3>(&reply)?;
         let outcome = IncrementOutcome {
             counted: counted == 1,
@@ -262,6 +276,29 @@ impl Store for RedisStore {
 /// A time to live as whole seconds, at least 1 (Laravel's `max(1, $seconds)`).
 fn ttl_seconds(ttl: Duration) -> u64 {
     ttl.as_secs().max(1)
+}
+
+/// `error`, from an integer operation on `key`, as the store reports it:
+/// Redis's refusal of a value that is not an integer, or of a count past a
+/// 64-bit integer, is the value's fault ([`CacheError::NotAnInteger`],
+/// [`CacheError::Overflow`]), as the memory store reports it, not a
+/// backend failure.
+fn integer_error(key: &str, error: RedisBackendError) -> CacheError {
+    if let RedisBackendError::Redis(said) = &error {
+        let said = said.to_string();
+        if said.contains("not an integer") {
+            return CacheError::NotAnInteger {
+                key: key.to_owned(),
+                value: "(a value Redis refused as not an integer)".to_owned(),
+            };
+        }
+        if said.contains("would overflow") {
+            return CacheError::Overflow {
+                key: key.to_owned(),
+            };
+        }
+    }
+    error.into()
 }
 
 #[cfg(test)]

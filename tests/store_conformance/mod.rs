@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use suprnova::cache::{IncrementOutcome, Store, WindowIncrement};
+use suprnova::cache::{CacheError, IncrementOutcome, Store, WindowIncrement};
 
 const MINUTE: Duration = Duration::from_secs(60);
 
@@ -62,16 +62,35 @@ pub async fn increment_keeps_the_time_to_live(store: &dyn Store, p: &str) {
 
 pub async fn integer_operations_refuse_other_values(store: &dyn Store, p: &str) {
     let k = format!("{p}text");
+    // The value's fault, not the backend's.
+    let not_an_integer = |error: &CacheError| {
+        matches!(error, CacheError::NotAnInteger { key, .. } if *key == k) && !error.is_backend()
+    };
     for value in ["abc", "0x10", "1e3", " 7", "7 ", "inf", "nan", "1.5"] {
         store.put(&k, value, MINUTE).await.unwrap();
-        assert!(store.increment(&k, 1).await.is_err(), "{value:?}");
+        let error = store.increment(&k, 1).await.unwrap_err();
+        assert!(not_an_integer(&error), "{value:?}: {error:?}");
+        let error = store.decrement(&k, 1).await.unwrap_err();
+        assert!(not_an_integer(&error), "{value:?}: {error:?}");
         // Whether the count would fit under the ceiling or not.
         for ceiling in [10_000, 1] {
-            let outcome = store.increment_if_below(&k, 60, 1, ceiling).await;
-            assert!(outcome.is_err(), "{value:?} under {ceiling}: {outcome:?}");
+            let error = store
+                .increment_if_below(&k, 60, 1, ceiling)
+                .await
+                .unwrap_err();
+            assert!(
+                not_an_integer(&error),
+                "{value:?} under {ceiling}: {error:?}"
+            );
         }
         assert_eq!(store.get(&k).await.unwrap().as_deref(), Some(value));
     }
+    store.put(&k, &i64::MAX.to_string(), MINUTE).await.unwrap();
+    let error = store.increment(&k, 1).await.unwrap_err();
+    assert!(
+        matches!(&error, CacheError::Overflow { key } if *key == k),
+        "{error:?}"
+    );
 }
 
 pub async fn increment_if_below_counts_up_to_the_ceiling(store: &dyn Store, p: &str) {
