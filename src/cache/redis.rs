@@ -47,7 +47,10 @@ static INCREMENT_IF_BELOW: LazyLock<LuaScript> =
 /// - **Values.** Integers are stored as plain decimal strings (`"2"`), as
 ///   Laravel stores numbers; the facade's timer is a decimal Unix time.
 ///   Reading a timer also accepts the `i:<n>;` form that a Laravel
-///   application configured with a phpredis serializer writes.
+///   application configured with a phpredis serializer writes. Other
+///   values are stored and read as given, where Laravel stores them
+///   PHP-serialized (`s:5:"hello";`): the two share the rate limiter's
+///   counters and timers, not text put through `Cache::put`.
 /// - **Times to live** are whole seconds (`EX`), at least 1.
 ///
 /// # Commands
