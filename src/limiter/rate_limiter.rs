@@ -281,15 +281,15 @@ impl CacheRateLimiter {
         max_attempts: i64,
     ) -> Result<bool, CacheError> {
         let key = cleaned(key);
-        if self.attempts_of(&key).await? < max_attempts {
-            return Ok(false);
+        match self.fullness(&key, max_attempts).await? {
+            Fullness::Room => Ok(false),
+            Fullness::Full => Ok(true),
+            Fullness::FullWithoutTimer => {
+                note_write();
+                self.store.forget(&key).await?;
+                Ok(false)
+            }
         }
-        if self.store.has(&timer_key(&key)).await? {
-            return Ok(true);
-        }
-        note_write();
-        self.store.forget(&key).await?;
-        Ok(false)
     }
 
     /// Whether the window is full, as
@@ -302,11 +302,20 @@ impl CacheRateLimiter {
         key: &str,
         max_attempts: i64,
     ) -> Result<bool, CacheError> {
-        let key = cleaned(key);
-        if self.attempts_of(&key).await? < max_attempts {
-            return Ok(false);
+        let fullness = self.fullness(&cleaned(key), max_attempts).await?;
+        Ok(matches!(fullness, Fullness::Full))
+    }
+
+    /// How full the window of the cleaned `key` is.
+    async fn fullness(&self, key: &str, max_attempts: i64) -> Result<Fullness, CacheError> {
+        if self.attempts_of(key).await? < max_attempts {
+            return Ok(Fullness::Room);
         }
-        self.store.has(&timer_key(&key)).await
+        Ok(if self.store.has(&timer_key(key)).await? {
+            Fullness::Full
+        } else {
+            Fullness::FullWithoutTimer
+        })
     }
 
     /// Removes the count and keeps the timer (the window stays pinned);
@@ -608,6 +617,17 @@ impl fmt::Debug for CacheRateLimiter {
             .field("clock", &self.clock)
             .finish()
     }
+}
+
+/// How full a window is, as Laravel's `tooManyAttempts` reads it.
+enum Fullness {
+    /// The count is under the maximum.
+    Room,
+    /// The count is at the maximum and the timer is there.
+    Full,
+    /// The count is at the maximum and the timer is gone: the window has
+    /// ended.
+    FullWithoutTimer,
 }
 
 fn timer_key(key: &str) -> String {
