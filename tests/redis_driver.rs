@@ -180,23 +180,13 @@ async fn a_bucket_is_a_sorted_set_of_redis_time_stamps_under_the_default_prefix(
     let key = "suprnova_rate_limit:user:42";
     let kind: String = conn.query(redis::cmd("TYPE").arg(key)).await.unwrap();
     assert_eq!(kind, "zset");
-    let hits: Vec<(String, String)> = conn
-        .query(
-            redis::cmd("ZRANGE")
-                .arg(key)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES"),
-        )
-        .await
-        .unwrap();
-    let (secs, micros): (String, String) = conn.query(&redis::cmd("TIME")).await.unwrap();
-    let redis_now: u64 = secs.parse::<u64>().unwrap() * 1_000_000 + micros.parse::<u64>().unwrap();
+    let hits = hits_in(&conn, key, 0, -1).await;
+    let redis_now = redis_time_us(&conn).await;
     assert_eq!(hits.len(), 3);
     let mut previous = 0;
-    for (member, score) in &hits {
+    for &(member, score) in &hits {
         assert_eq!(member, score, "member and score are the same integer");
-        let stamp: u64 = member.parse().unwrap();
+        let stamp = member;
         assert!(stamp > previous, "stamps are unique and increasing");
         assert!(
             redis_now - stamp < 2_000_000,
@@ -284,6 +274,20 @@ async fn the_script_reads_the_newest_hit_only_on_a_key_found_full() {
     );
 }
 
+/// The hits of the bucket `key` from index `from` to `to` (ZRANGE's
+/// indexes, oldest first), each its member and its score: the same stamp.
+async fn hits_in(conn: &RedisConnection, key: &str, from: i64, to: i64) -> Vec<(u64, u64)> {
+    conn.query(
+        redis::cmd("ZRANGE")
+            .arg(key)
+            .arg(from)
+            .arg(to)
+            .arg("WITHSCORES"),
+    )
+    .await
+    .unwrap()
+}
+
 /// Redis `TIME` in microseconds.
 async fn redis_time_us(conn: &RedisConnection) -> u64 {
     let (secs, micros): (u64, u64) = conn.query(&redis::cmd("TIME")).await.unwrap();
@@ -304,19 +308,7 @@ async fn the_window_is_half_open_to_the_microsecond() {
     let conn = connect(&server.url());
     let limiter = RedisRateLimiter::new(conn.clone()).with_prefix("edge:");
     let cfg = SlidingWindowConfig::new(1_000_000, Duration::from_micros(WINDOW_US));
-    let score = async |index: i64| -> u64 {
-        let hit: Vec<(u64, u64)> = conn
-            .query(
-                redis::cmd("ZRANGE")
-                    .arg("edge:k")
-                    .arg(index)
-                    .arg(index)
-                    .arg("WITHSCORES"),
-            )
-            .await
-            .unwrap();
-        hit[0].1
-    };
+    let score = async |index: i64| -> u64 { hits_in(&conn, "edge:k", index, index).await[0].1 };
     // The call is planned 600 ms ahead, time enough to seed on a quiet
     // machine. On a busy one, where the seeding outlasts that or the call
     // comes so late that its boundary leaves the seeded span, the bucket
@@ -375,17 +367,7 @@ async fn retry_after_is_exact_to_redis_time() {
     assert!(limiter.try_acquire("k", &cfg).await.unwrap());
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(limiter.try_acquire("k", &cfg).await.unwrap());
-    let oldest: Vec<(u64, u64)> = conn
-        .query(
-            redis::cmd("ZRANGE")
-                .arg("wait:k")
-                .arg(0)
-                .arg(0)
-                .arg("WITHSCORES"),
-        )
-        .await
-        .unwrap();
-    let frees_at = oldest[0].1 + 2_000_000;
+    let frees_at = hits_in(&conn, "wait:k", 0, 0).await[0].1 + 2_000_000;
     let bounds = |before: u64, after: u64| {
         Duration::from_micros(frees_at - after)..=Duration::from_micros(frees_at - before)
     };
@@ -414,16 +396,7 @@ async fn a_bucket_of_100_hits_takes_under_half_the_memory_of_uuid_members() {
     for _ in 0..100 {
         assert!(limiter.try_acquire("ours", &per_minute(100)).await.unwrap());
     }
-    let hits: Vec<(String, String)> = conn
-        .query(
-            redis::cmd("ZRANGE")
-                .arg("mem:ours")
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES"),
-        )
-        .await
-        .unwrap();
+    let hits = hits_in(&conn, "mem:ours", 0, -1).await;
     let mut uuids = redis::cmd("ZADD");
     uuids.arg("mem:uuid");
     for (i, (_, score)) in hits.iter().enumerate() {
@@ -658,16 +631,7 @@ async fn hits_from_before_a_step_back(
 
 /// The scores of `key`, oldest first.
 async fn scores(conn: &RedisConnection, key: &str) -> Vec<u64> {
-    let hits: Vec<(u64, u64)> = conn
-        .query(
-            redis::cmd("ZRANGE")
-                .arg(key)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES"),
-        )
-        .await
-        .unwrap();
+    let hits = hits_in(conn, key, 0, -1).await;
     hits.into_iter().map(|(_, score)| score).collect()
 }
 
