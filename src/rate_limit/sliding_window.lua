@@ -47,19 +47,29 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
 local count = redis.call('ZCARD', key)
 
--- Records the call as a hit at now, and answers.
-local function record()
-  local stamp = now
+-- Adds a hit stamped `stamp`, or the next free microsecond after it;
+-- returns the stamp it took.
+local function add_hit(stamp)
   local member = string.format('%d', stamp)
   while redis.call('ZADD', key, 'NX', member, member) == 0 do
     stamp = stamp + 1
     member = string.format('%d', stamp)
   end
-  -- The key lives until its newest hit leaves the window, then Redis drops
-  -- it by itself. (A refused call changes no hit, so it keeps this expiry.)
-  -- Hits still stamped later than now (see below) may go with it: they
-  -- were made before the step, so their window has passed by then too.
-  redis.call('PEXPIRE', key, string.format('%d', math.ceil((stamp + window - now) / 1000)))
+  return stamp
+end
+
+-- The key lives until its newest hit, stamped `newest`, leaves the window,
+-- then Redis drops it by itself. (A refused call changes no hit, so it
+-- keeps this expiry.)
+local function expire_with(newest)
+  redis.call('PEXPIRE', key, string.format('%d', math.ceil((newest + window - now) / 1000)))
+end
+
+-- Records the call as a hit at now, and answers. Hits still stamped later
+-- than now (see below) may go with the key's expiry: they were made before
+-- the step, so their window has passed by then too.
+local function record()
+  expire_with(add_hit(now))
   return string.format('1 %d 0 %d', count + 1, now)
 end
 
@@ -90,16 +100,10 @@ if count >= max then
     local shift = newest - now
     local top = now
     for _, moved in ipairs(later) do
-      local stamp = tonumber(moved) - shift
-      local member = string.format('%d', stamp)
-      while redis.call('ZADD', key, 'NX', member, member) == 0 do
-        stamp = stamp + 1
-        member = string.format('%d', stamp)
-      end
-      top = math.max(top, stamp)
+      top = math.max(top, add_hit(tonumber(moved) - shift))
     end
     redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-    redis.call('PEXPIRE', key, string.format('%d', math.ceil((top + window - now) / 1000)))
+    expire_with(top)
     count = redis.call('ZCARD', key)
     if admit and count < max then
       return record()
