@@ -203,17 +203,16 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
         added?;
         return Ok(outcome);
     }
-    // Refused by a full count with no time to live (a plain increment wrote
-    // it, here or in a Laravel application) when no window was open: no
-    // window would ever end it. Removed, as Laravel's tooManyAttempts
-    // removes a full count whose timer is gone, and counted again. (A full
-    // count with a time to live is kept until it ends: it may be the new
-    // window's, filled between the two calls.)
-    if matches!(added, Ok(true)) && store.ttl(count.key).await?.is_none() {
-        store.forget(count.key).await?;
-        return store
-            .increment_if_below(count.key, count.decay_seconds, count.amount, count.ceiling)
-            .await;
+    // Refused when this call opened the window: a full count with no time
+    // to live (a plain increment wrote it, here or in a Laravel
+    // application) would never end. Adding nothing gives a count without
+    // one the window's (a count with one keeps it, and nothing is removed:
+    // the count may be the new window's, filled between the two calls), so
+    // it ends with this window, as a count with a time to live does.
+    if matches!(added, Ok(true)) {
+        store
+            .increment_if_below(count.key, count.decay_seconds, 0, i64::MAX)
+            .await?;
     }
     Ok(outcome)
 }
