@@ -65,7 +65,7 @@
 //! ```
 
 use std::any::{Any, TypeId, type_name};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fmt;
 use std::future::Future;
@@ -102,7 +102,11 @@ tokio::task_local! {
 }
 
 thread_local! {
-    static ENTERED: RefCell<Vec<App>> = const { RefCell::new(Vec::new()) };
+    /// The containers entered on this thread, the current one last, each
+    /// with the number of the guard that holds it.
+    static ENTERED: RefCell<Vec<(u64, App)>> = const { RefCell::new(Vec::new()) };
+    /// The number the next guard on this thread gets.
+    static NEXT_GUARD: Cell<u64> = const { Cell::new(0) };
 }
 
 impl App {
@@ -125,7 +129,7 @@ impl App {
             return app;
         }
         ENTERED
-            .with(|stack| stack.borrow().last().cloned())
+            .with(|stack| stack.borrow().last().map(|(_, app)| app.clone()))
             .unwrap_or_else(App::global)
     }
 
@@ -237,9 +241,33 @@ impl App {
 
     /// Makes this container [`App::current`] on this thread until the guard
     /// drops. For synchronous code and tests; async code uses [`App::scope`].
+    ///
+    /// Guards may drop in any order: the container current is the one
+    /// entered last whose guard is still held, so `guard = other.enter()`
+    /// makes `other` current, and dropping an outer guard first keeps the
+    /// inner container current.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use suprnova::container::App;
+    ///
+    /// let (a, b) = (App::new(), App::new());
+    /// a.install(Arc::new("a"));
+    /// b.install(Arc::new("b"));
+    /// let mut guard = a.enter();
+    /// guard = b.enter();
+    /// assert_eq!(*App::resolve::<&str>().unwrap(), "b");
+    /// # drop(guard);
+    /// ```
     pub fn enter(&self) -> AppGuard {
-        ENTERED.with(|stack| stack.borrow_mut().push(self.clone()));
+        let number = NEXT_GUARD.with(|next| {
+            let number = next.get();
+            next.set(number + 1);
+            number
+        });
+        ENTERED.with(|stack| stack.borrow_mut().push((number, self.clone())));
         AppGuard {
+            number,
             _not_send: std::marker::PhantomData,
         }
     }
@@ -314,13 +342,22 @@ impl fmt::Debug for App {
 /// Keeps a container current on this thread; see [`App::enter`].
 #[must_use = "the container stops being current when the guard drops"]
 pub struct AppGuard {
+    /// Which entry of the thread's stack this guard holds.
+    number: u64,
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
 impl Drop for AppGuard {
     fn drop(&mut self) {
-        ENTERED.with(|stack| {
-            stack.borrow_mut().pop();
+        // Its own entry, wherever it stands: guards need not drop in the
+        // order they were made (`guard = other.enter()` drops the old one
+        // after the new one is pushed).
+        // The container is dropped after the stack is let go of, in case
+        // what it holds looks at the stack as it drops.
+        let _left = ENTERED.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            let at = stack.iter().rposition(|(n, _)| *n == self.number)?;
+            Some(stack.remove(at))
         });
     }
 }

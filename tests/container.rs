@@ -79,3 +79,41 @@ fn resolve_make_names_the_missing_service() {
     let err = App::resolve_make::<dyn Marker>().err().unwrap();
     assert!(err.to_string().contains("Marker"), "{err}");
 }
+
+fn holding(id: u32) -> App {
+    let app = App::new();
+    app.install::<dyn Marker>(Arc::new(Id(id)));
+    app
+}
+
+fn current_id() -> Option<u32> {
+    App::resolve::<dyn Marker>().map(|m| m.id())
+}
+
+/// `guard = b.enter()` drops `a`'s guard after `b`'s is made: the guard
+/// held is `b`'s, so `b` is current, and nothing is once it drops (a guard
+/// that took the top of the stack off left `a` current).
+#[test]
+#[allow(unused_assignments, reason = "the old guard is dropped by the assignment")]
+fn a_guard_given_a_new_container_makes_that_container_current() {
+    let (a, b) = (holding(1), holding(2));
+    let mut guard = a.enter();
+    assert_eq!(current_id(), Some(1));
+    guard = b.enter();
+    assert_eq!(current_id(), Some(2));
+    drop(guard);
+    assert_eq!(current_id(), None);
+}
+
+/// Guards dropped in another order than they were made: the container whose
+/// guard is still held stays current.
+#[test]
+fn dropping_an_outer_guard_first_keeps_the_inner_container_current() {
+    let (a, b) = (holding(1), holding(2));
+    let outer = a.enter();
+    let inner = b.enter();
+    drop(outer);
+    assert_eq!(current_id(), Some(2));
+    drop(inner);
+    assert_eq!(current_id(), None);
+}
