@@ -268,6 +268,17 @@ async fn aliases_resolve_and_misspellings_fail_registration() {
             Some("in;")
         );
 
+        // Added before any route, a name that resolves is refused with the
+        // reason `.middleware(...)` gives, not an empty one.
+        let early = Router::new()
+            .middleware_named("tag:in")
+            .get("/", |_req: Request| async { HttpResponse::text("x") });
+        assert_eq!(
+            early.validate().unwrap_err().to_string(),
+            "middleware `tag:in` was added before any route: middleware wraps the routes \
+             registered before it; add it after them"
+        );
+
         let misspelt = Router::new()
             .get("/", |_req: Request| async { HttpResponse::text("x") })
             .middleware_named("gaet");

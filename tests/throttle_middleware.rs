@@ -726,20 +726,20 @@ fn every_alias_refusal_names_its_reason() {
             "the window of `throttle` must be a whole number, got ``",
         ),
         (
-            &["10|x", "1"],
+            &["10|1.5", "1"],
             ThrottleAliasError::NotANumber {
                 what: "user limit",
-                value: "x".into(),
+                value: "1.5".into(),
             },
-            "the user limit of `throttle` must be a whole number, got `x`",
+            "the user limit of `throttle` must be a whole number, got `1.5`",
         ),
         (
-            &["|10"],
+            &["1e1|10"],
             ThrottleAliasError::NotANumber {
                 what: "guest limit",
-                value: "".into(),
+                value: "1e1".into(),
             },
-            "the guest limit of `throttle` must be a whole number, got ``",
+            "the guest limit of `throttle` must be a whole number, got `1e1`",
         ),
         (
             &["0", "1"],
@@ -1280,22 +1280,29 @@ async fn a_missing_named_limiter_answers_503_naming_it() {
         .await;
 }
 
-/// A first argument with a `|` whose halves are no numbers names a
-/// limiter, as any other first argument that is not a number does.
+/// A first argument with a `|` that is not two numbers names a limiter, as
+/// any other first argument that is not a number does (the API reference:
+/// "A first argument of two whole numbers joined by | is the guest's limit
+/// and the signed-in user's ... Any other first argument that is not a
+/// number names a limiter"): `api|v2`, and `5|api` too, whose one half is a
+/// number.
 #[tokio::test]
 async fn a_limiter_named_with_a_bar_is_found_by_its_name() {
     let clock = clock_at(12, 0, 0);
     app_on(&clock)
         .scope(async {
-            RateLimiter::define("api|v2", |_req| Limit::per_minute(2).by("v2").into());
-            let router = ok_routes(&["/v2"]).middleware_named("throttle:api|v2");
-            let statuses = [
-                get(&router, "/v2", GUEST).await.status_code(),
-                get(&router, "/v2", GUEST).await.status_code(),
-                get(&router, "/v2", GUEST).await.status_code(),
-            ];
-            assert_eq!(statuses, [200, 200, 429]);
-            assert_eq!(attempts("api|v2:v2").await, 2);
+            for name in ["api|v2", "5|api"] {
+                RateLimiter::define(name, |_req| Limit::per_minute(2).by("k").into());
+                let router = ok_routes(&["/v2"]).middleware_named(&format!("throttle:{name}"));
+                assert!(router.validate().is_ok(), "{:?}", router.validate());
+                let statuses = [
+                    get(&router, "/v2", GUEST).await.status_code(),
+                    get(&router, "/v2", GUEST).await.status_code(),
+                    get(&router, "/v2", GUEST).await.status_code(),
+                ];
+                assert_eq!(statuses, [200, 200, 429], "throttle:{name}");
+                assert_eq!(attempts(&format!("{name}:k")).await, 2);
+            }
         })
         .await;
 }
@@ -1537,6 +1544,57 @@ async fn remaining_is_read_after_a_handler_that_counts_or_clears() {
             assert_eq!(RateLimiter::attempts("login:alice").await.unwrap(), 0);
             assert_eq!(r.header_str("x-ratelimit-remaining"), Some("5"));
             assert_eq!(r.header_str("x-ratelimit-limit"), Some("5"));
+        })
+        .await;
+}
+
+/// Laravel runs each of a route's middleware once (`uniqueMiddleware`):
+/// `throttle:2,1` named on a route and again on its group counts each
+/// request once, so 2 are admitted a minute, not 1.
+#[tokio::test]
+async fn the_same_throttle_named_twice_on_a_route_counts_a_request_once() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let router = ok_routes(&["/x"])
+                .middleware_named("throttle:2,1")
+                .middleware_named("throttle:2,1")
+                .wrap_named("throttle:2,1");
+            assert_eq!(router.routes()[0].middleware, vec!["throttle:2,1"]);
+            assert_eq!(admitted(&router, "/x", GUEST, 3).await, 2);
+            assert_eq!(attempts("ip:203.0.113.5:path:/x").await, 2);
+        })
+        .await;
+}
+
+/// A group's sign-in runs before its routes' own throttle when the group
+/// wraps them, as Laravel runs a group's middleware before its routes':
+/// the throttle counts the signed-in user, not the address. Added with
+/// `middleware` it runs after, and the user counts as the address.
+#[tokio::test]
+async fn a_group_wrapped_in_a_sign_in_is_throttled_by_user() {
+    let clock = clock_at(12, 0, 0);
+    app_on(&clock)
+        .scope(async {
+            let login = || {
+                Router::new()
+                    .get("/login", |_req: Request| async { HttpResponse::text("ok") })
+                    .middleware_named("throttle:5,1")
+            };
+            let wrapped = Router::new().merge(login()).wrap(SignIn);
+            get_as(&wrapped, "/login", GUEST, "7").await;
+            assert_eq!(attempts("user:7:path:/login").await, 1);
+            assert_eq!(attempts("ip:203.0.113.5:path:/login").await, 0);
+
+            let inside = Router::new().merge(login()).middleware(SignIn);
+            get_as(&inside, "/login", GUEST, "7").await;
+            assert_eq!(attempts("user:7:path:/login").await, 1);
+            assert_eq!(attempts("ip:203.0.113.5:path:/login").await, 1);
+            assert_eq!(
+                wrapped.routes()[0].middleware,
+                vec!["throttle:5,1"],
+                "a middleware given as a value has no name to list"
+            );
         })
         .await;
 }

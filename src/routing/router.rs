@@ -46,6 +46,19 @@ pub enum RouteError {
     },
 }
 
+/// Why a middleware added before any route is refused.
+const WRAPS_EARLIER_ROUTES: &str =
+    "middleware wraps the routes registered before it; add it after them";
+
+/// Where a middleware goes in the chains of the routes it wraps.
+#[derive(Clone, Copy)]
+enum Place {
+    /// Inside the middleware the routes have: it runs after them.
+    Inside,
+    /// Outside them: it runs first.
+    Outside,
+}
+
 struct Route {
     method: Method,
     path: PathPattern,
@@ -99,7 +112,8 @@ impl ChainHandle for HandledRoute {
 /// middleware added first runs first (outermost), so
 /// `.middleware(session).middleware(throttle)` runs the session middleware
 /// and then the throttle. Routes registered after a `.middleware(...)` call
-/// are not wrapped by it.
+/// are not wrapped by it. [`Router::wrap`] adds a middleware that runs
+/// before those the routes already have, as a group's does.
 ///
 /// ```
 /// use suprnova::{HttpResponse, Request, Router};
@@ -197,28 +211,77 @@ impl Router {
     /// [`Router::validate`] returns and [`serve`](crate::server::serve)
     /// refuses to start with.
     pub fn middleware(self, middleware: impl Middleware) -> Self {
+        self.add_middleware(middleware, Place::Inside)
+    }
+
+    /// Wraps every route registered so far in `middleware`, outside the
+    /// middleware they already have: it runs before them, as the middleware
+    /// of a Laravel route group runs before its routes' own. Use it on a
+    /// router of [merged](Router::merge) groups, for a middleware the
+    /// groups' own must see the effect of (a sign-in before a throttle that
+    /// counts by user). Added before any route it is refused as
+    /// [`Router::middleware`] is.
+    ///
+    /// ```
+    /// use suprnova::{HttpResponse, Middleware, Next, Request, Response, Router, async_trait};
+    ///
+    /// struct SignIn;
+    ///
+    /// #[async_trait]
+    /// impl Middleware for SignIn {
+    ///     async fn handle(&self, mut request: Request, next: Next) -> Response {
+    ///         request.set_user_id("1");
+    ///         next(request).await
+    ///     }
+    /// }
+    ///
+    /// let login = Router::new()
+    ///     .post("/login", |_req: Request| async { HttpResponse::text("welcome") });
+    /// // `SignIn` runs first, then whatever `login`'s routes already had.
+    /// let routes = Router::new().merge(login).wrap(SignIn);
+    /// assert!(routes.validate().is_ok());
+    /// ```
+    pub fn wrap(self, middleware: impl Middleware) -> Self {
+        self.add_middleware(middleware, Place::Outside)
+    }
+
+    fn add_middleware(self, middleware: impl Middleware, place: Place) -> Self {
         if self.routes.is_empty() {
             let mut this = self;
             this.errors.push(RouteError::NoRoutes {
                 spec: std::any::type_name_of_val(&middleware).to_owned(),
-                reason: "middleware wraps the routes registered before it; add it after them"
-                    .to_owned(),
+                reason: WRAPS_EARLIER_ROUTES.to_owned(),
             });
             return this;
         }
-        self.push_middleware(Arc::new(middleware), None)
+        self.push_middleware(Arc::new(middleware), None, place)
     }
 
     /// Wraps every route registered so far in the middleware an alias names,
-    /// such as `"throttle:60,1"`.
+    /// such as `"throttle:60,1"`, inside the middleware added before it.
+    ///
+    /// A route that already has the same name with the same arguments does
+    /// not get it again, as Laravel runs each of a route's middleware once:
+    /// `throttle:60,1` named on a group and on one of its routes counts that
+    /// route's requests once.
     ///
     /// A name that is not registered, or arguments the alias refuses, are
     /// recorded as a [`RouteError`]: [`Router::validate`] returns it and
     /// [`serve`](crate::server::serve) refuses to start. Use
     /// [`Router::try_middleware_named`] to get the error at once.
     pub fn middleware_named(self, spec: &str) -> Self {
+        self.add_named(spec, Place::Inside)
+    }
+
+    /// [`Router::middleware_named`] outside the middleware the routes
+    /// already have, as [`Router::wrap`] adds it.
+    pub fn wrap_named(self, spec: &str) -> Self {
+        self.add_named(spec, Place::Outside)
+    }
+
+    fn add_named(self, spec: &str, place: Place) -> Self {
         match self.resolve_named(spec) {
-            Ok(mw) => self.push_middleware(mw, Some(spec)),
+            Ok(mw) => self.push_middleware(mw, Some(spec), place),
             Err(e) => {
                 let mut this = self;
                 this.errors.push(e);
@@ -240,7 +303,7 @@ impl Router {
     /// ```
     pub fn try_middleware_named(self, spec: &str) -> Result<Self, RouteError> {
         let mw = self.resolve_named(spec)?;
-        Ok(self.push_middleware(mw, Some(spec)))
+        Ok(self.push_middleware(mw, Some(spec), Place::Inside))
     }
 
     fn resolve_named(&self, spec: &str) -> Result<Arc<dyn Middleware>, RouteError> {
@@ -249,7 +312,9 @@ impl Router {
             (_, Ok(mw)) if !self.routes.is_empty() => Ok(mw),
             (None, result) => Err(RouteError::NoRoutes {
                 spec: spec.to_owned(),
-                reason: result.err().map_or_else(String::new, |e| e.reason),
+                reason: result
+                    .err()
+                    .map_or_else(|| WRAPS_EARLIER_ROUTES.to_owned(), |e| e.reason),
             }),
             (Some(route), Err(source)) => Err(RouteError::Alias {
                 method: route.method.to_string(),
@@ -260,13 +325,28 @@ impl Router {
         }
     }
 
-    fn push_middleware(mut self, middleware: Arc<dyn Middleware>, label: Option<&str>) -> Self {
+    fn push_middleware(
+        mut self,
+        middleware: Arc<dyn Middleware>,
+        label: Option<&str>,
+        place: Place,
+    ) -> Self {
         for route in &mut self.routes {
-            Arc::make_mut(&mut route.chain)
-                .stack
-                .push(middleware.clone());
+            if let Some(label) = label
+                && route.labels.iter().any(|named| named == label)
+            {
+                continue;
+            }
+            let stack = &mut Arc::make_mut(&mut route.chain).stack;
+            match place {
+                Place::Inside => stack.push(middleware.clone()),
+                Place::Outside => stack.insert(0, middleware.clone()),
+            }
             if let Some(label) = label {
-                route.labels.push(label.to_owned());
+                match place {
+                    Place::Inside => route.labels.push(label.to_owned()),
+                    Place::Outside => route.labels.insert(0, label.to_owned()),
+                }
             }
         }
         self

@@ -95,11 +95,13 @@ impl ThrottleRequestsMiddleware {
     ///
     /// A first argument that is a number as PHP's `is_numeric` reads one
     /// (digits, with a sign, a point, an exponent or blanks around them), or
-    /// that holds a `|`, is read as a limit; any other first argument names
-    /// a limiter, as Laravel looks up a limiter by any name that is not a
-    /// number: `throttle:2fa` names the limiter `2fa`. Numbers are whole and
-    /// positive: unlike Laravel, `1.5` or `1e1` are refused rather than
-    /// truncated, and the window is whole minutes.
+    /// two such numbers joined by `|`, is read as a limit; any other first
+    /// argument names a limiter, as Laravel looks up a limiter by any name
+    /// that is not a number: `throttle:2fa` names the limiter `2fa`, and
+    /// `throttle:api|v2` or `throttle:5|api` the limiter of that name.
+    /// Numbers are whole and positive: unlike Laravel, `1.5` or `1e1` are
+    /// refused rather than truncated (in either half of `guest|user` too),
+    /// and the window is whole minutes.
     ///
     /// # Errors
     ///
@@ -139,11 +141,11 @@ impl ThrottleRequestsMiddleware {
 
 fn read_first(value: &str) -> Result<First<'_>, ThrottleAliasError> {
     if let Some((guest, user)) = value.split_once('|')
-        // `api|v2` is no number, so it names a limiter; a half that is a
-        // number, or empty, says the two were meant as limits.
-        && [guest, user]
-            .iter()
-            .any(|half| half.is_empty() || is_numeric(half))
+        // Two numbers joined by `|` are the two limits; anything else with
+        // a `|` (`api|v2`, `5|api`, `|10`) is no number, so it names a
+        // limiter.
+        && is_numeric(guest)
+        && is_numeric(user)
     {
         return Ok(First::Limits {
             guest: read_limit("guest limit", guest)?,
