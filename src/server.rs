@@ -262,6 +262,7 @@ impl Server {
                     let idle = period.map(|period| IdleWatch::new(activity.clone(), period));
                     let service = service_fn(move |req: http::Request<Incoming>| {
                         let busy = activity.begin();
+                        let head = req.method() == http::Method::HEAD;
                         if let Some(fault) = target_fault(req.method(), req.uri())
                             .or_else(|| host_fault(req.version(), req.headers()))
                         {
@@ -284,7 +285,7 @@ impl Server {
                         let answer =
                             catching_panics(|| Router::dispatch_handled(router, request));
                         Either::Right(async move {
-                            let answer = answer.await.into_http();
+                            let answer = answer.await.into_http_answering(head);
                             drop(busy);
                             Ok::<_, Infallible>(answer)
                         })

@@ -386,6 +386,41 @@ async fn real_server_runs_requests_in_its_container_over_http1_and_http2() {
     .await;
 }
 
+/// The answer to HEAD carries no content on either protocol, with the
+/// Content-Length a GET's would have (hyper leaves the content out over
+/// HTTP/1 but sent it over HTTP/2, where the client reset the stream); and
+/// a handler's Content-Length on an answer with no content does not go out
+/// over HTTP/2, where no content following it is a malformed answer that
+/// the client reset.
+#[tokio::test]
+async fn head_and_empty_answers_are_well_formed_over_http1_and_http2() {
+    let router = Router::new()
+        .get("/hi", |_req: Request| async { HttpResponse::text("hi") })
+        .get("/sized", |_req: Request| async {
+            HttpResponse::new().header("Content-Length", "5")
+        });
+    let server = TestServer::start(router).await;
+    let head = || {
+        http::Request::head(server.url("/hi"))
+            .body(Full::default())
+            .unwrap()
+    };
+    for reply in [server.send(head()).await, server.send_h2(head()).await] {
+        assert_eq!(reply.status, 200);
+        assert_eq!(reply.header("content-length"), Some("2"));
+        assert_eq!(reply.body, "");
+    }
+    for reply in [
+        server.send(get(&server.url("/sized"))).await,
+        server.send_h2(get(&server.url("/sized"))).await,
+    ] {
+        assert_eq!(reply.status, 200);
+        assert_ne!(reply.header("content-length"), Some("5"));
+        assert_eq!(reply.body, "");
+    }
+    server.stop().await;
+}
+
 /// The server's queue holds a burst of connections that arrive before it
 /// accepts any: three hundred clients connecting at once to a bound server
 /// that has not started serving all get through the handshake at once. A
@@ -611,6 +646,11 @@ async fn the_server_refuses_a_missing_duplicate_or_invalid_host() {
         ),
         (
             "GET login HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+            "the request target must be a path (or an absolute URI)\n",
+        ),
+        // The asterisk form is for a server-wide OPTIONS alone.
+        (
+            "GET * HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
             "the request target must be a path (or an absolute URI)\n",
         ),
     ] {

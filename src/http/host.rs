@@ -8,9 +8,13 @@ use http::{HeaderMap, Method, Uri, Version};
 /// served: a target in authority form (`example.com:80`, or a word such as
 /// `login`, read as one) is for `CONNECT` alone (RFC 9112, section 3.2.3),
 /// and names no path a route could match; served, it reached the `/` route.
+/// The asterisk form (`*`) is for a server-wide `OPTIONS` alone (section
+/// 3.2.4); served, `GET *` reached a route such as `/{name}`.
 pub(crate) fn target_fault(method: &Method, uri: &Uri) -> Option<&'static str> {
-    (uri.path().is_empty() && method != Method::CONNECT)
-        .then_some("the request target must be a path (or an absolute URI)\n")
+    let path = uri.path();
+    let fault = (path.is_empty() && method != Method::CONNECT)
+        || (path == "*" && method != Method::OPTIONS);
+    fault.then_some("the request target must be a path (or an absolute URI)\n")
 }
 
 /// Why a request's `Host` header makes it a bad request, or `None` when it

@@ -191,6 +191,35 @@ impl HttpResponse {
         *response.extensions_mut() = self.extensions;
         response
     }
+
+    /// [`HttpResponse::into_http`] for the answer to a request, `head` when
+    /// it is a `HEAD` request, as the server sends it on either protocol.
+    ///
+    /// The answer to `HEAD` carries no content (RFC 9110, section 9.3.2),
+    /// with the `Content-Length` of the content a `GET` would have had:
+    /// hyper leaves the content out over HTTP/1, but over HTTP/2 it would
+    /// send it, and a client resets the stream. Any other answer with no
+    /// content but a `304` keeps no `Content-Length` other than `0`: over
+    /// HTTP/2 a length that no content follows is a malformed answer (RFC
+    /// 9113, section 8.1.1), and over HTTP/1 hyper writes `0` anyway.
+    pub(crate) fn into_http_answering(mut self, head: bool) -> http::Response<Full<Bytes>> {
+        if head {
+            if !self.body.is_empty() {
+                let length = HeaderValue::from(self.body.len());
+                self.headers.insert(CONTENT_LENGTH, length);
+                self.body = Bytes::new();
+            }
+        } else if self.body.is_empty()
+            && self.status != StatusCode::NOT_MODIFIED
+            && self
+                .headers
+                .get(CONTENT_LENGTH)
+                .is_some_and(|length| length.as_bytes() != b"0")
+        {
+            self.headers.remove(CONTENT_LENGTH);
+        }
+        self.into_http()
+    }
 }
 
 /// Values a handler may return.
