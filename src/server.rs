@@ -176,9 +176,11 @@ pub async fn serve(addr: impl ToSocketAddrs, router: Router) -> Result<(), Serve
 impl Server {
     /// How long a client may take to send a request's headers, as
     /// [`HEADER_READ_TIMEOUT`] says ([`HEADER_READ_TIMEOUT`] unless set);
-    /// `None` waits for ever, and so does a period longer than
-    /// [`MAX_HEADER_READ_TIMEOUT`] (a deadline that far ahead would not fit
-    /// in the clock's instants).
+    /// `None` waits for ever, and so do a period of zero (as a zero read
+    /// header timeout is none in Go's server; taken as a period, it would
+    /// drop every client that did not send its request at once) and a
+    /// period longer than [`MAX_HEADER_READ_TIMEOUT`] (a deadline that far
+    /// ahead would not fit in the clock's instants).
     ///
     /// ```
     /// use std::time::Duration;
@@ -192,7 +194,8 @@ impl Server {
     /// # }
     /// ```
     pub fn header_read_timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.header_read_timeout = timeout.filter(|period| *period <= MAX_HEADER_READ_TIMEOUT);
+        self.header_read_timeout =
+            timeout.filter(|period| !period.is_zero() && *period <= MAX_HEADER_READ_TIMEOUT);
         self
     }
 

@@ -507,6 +507,27 @@ async fn a_connection_without_a_first_request_is_closed_after_the_header_read_ti
     server.stop().await;
 }
 
+/// A header read timeout of zero is none, as `None` is: a client that sends
+/// its request a little after connecting is served (taken as a period of
+/// zero, it was dropped unanswered).
+#[tokio::test]
+async fn a_zero_header_read_timeout_is_no_timeout() {
+    use std::time::Duration;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server = HiServer::start(Duration::ZERO).await;
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    stream
+        .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer)).await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer:?}");
+    server.stop().await;
+}
+
 /// A handler's own `Content-Length` that is not its body's, or a
 /// `Transfer-Encoding`, does not reach the wire: the response carries its
 /// body's length, and the next response on the connection reads whole.
