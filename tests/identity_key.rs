@@ -5,8 +5,8 @@
 mod support;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -92,6 +92,61 @@ async fn canonically_equivalent_spellings_share_one_key() {
     for req in &variants {
         assert_eq!(key(req), id("jos\u{e9}@mail.test"), "{req:?}");
     }
+}
+
+/// The query string naming `value` as `email`.
+fn query_naming(value: &str) -> String {
+    let query = form_urlencoded::Serializer::new(String::new())
+        .append_pair("email", value)
+        .finish();
+    format!("/reset?{query}")
+}
+
+/// `ǰ` (U+01F0) has no capital of its own: its uppercase is `J` and a
+/// combining caron (U+030C), whose lowercase `j` and U+030C is not in
+/// normal form C. A change of capitalisation keeps the bucket all the same.
+#[tokio::test]
+async fn a_capitalised_spelling_shares_the_bucket_of_its_lowercase() {
+    let lower = "\u{1F0}oe@mail.test";
+    let upper = lower.to_uppercase();
+    assert_eq!(upper, "J\u{30C}OE@MAIL.TEST");
+    assert_eq!(upper.to_lowercase(), "j\u{30C}oe@mail.test");
+    for value in [lower, &upper, "j\u{30C}oe@mail.test"] {
+        let req = buffered(&query_naming(value), None, "").await;
+        assert_eq!(key(&req), id(lower), "{value:?}");
+    }
+}
+
+/// Laravel's `TrimStrings` middleware trims U+FEFF (a byte order mark),
+/// U+200B (zero width space) and U+200E (left-to-right mark) at either end
+/// as well as whitespace, so a handler ported from Laravel reads the value
+/// without them: it shares the bucket of the value written without them.
+/// Inside the value they stay, as Laravel keeps them.
+#[tokio::test]
+async fn what_laravel_s_trim_strings_trims_shares_one_key() {
+    for value in [
+        "\u{FEFF}victim@mail.test",
+        "victim@mail.test\u{FEFF}",
+        "\u{200B}victim@mail.test\u{200B}",
+        "\u{200E} victim@mail.test \u{200E}",
+        " \u{200E}\u{FEFF}\u{200B}\tVictim@Mail.test\u{200B}\n",
+    ] {
+        let req = buffered(&query_naming(value), None, "").await;
+        assert_eq!(key(&req), id("victim@mail.test"), "{value:?}");
+        assert!(names_identity(&req, "email"), "{value:?}");
+    }
+    let json = buffered(
+        "/reset",
+        Some(JSON),
+        r#"{"email":"\ufeffvictim@mail.test\u200e"}"#,
+    )
+    .await;
+    assert_eq!(key(&json), id("victim@mail.test"));
+    // Only those characters: a value of nothing else names nobody.
+    let blank = buffered(&query_naming("\u{FEFF}\u{200B}\u{200E}"), None, "").await;
+    assert!(!names_identity(&blank, "email"));
+    let inside = buffered(&query_naming("victim\u{200B}@mail.test"), None, "").await;
+    assert_eq!(key(&inside), id("victim\u{200B}@mail.test"));
 }
 
 #[tokio::test]

@@ -20,11 +20,13 @@ use crate::keys::{percent_decoded, sha256_hex};
 /// of it: as a form, as a JSON object (its top-level string fields), and as
 /// multipart form data split by the boundary of its `Content-Type` and by
 /// the one its first line opens with, whatever the label says. Each value is
-/// trimmed, put in Unicode normal form C and lowercased, so
-/// `Alice@Example.com` and ` alice@example.com ` share a bucket, and so do
-/// `josé` written with a precomposed `é` and with `e` and a combining
-/// accent; and it is hashed with SHA-256, so a dump of the limiter's keys
-/// does not read as a list of who is resetting a password.
+/// trimmed (whitespace, and what Laravel's `TrimStrings` trims besides: a
+/// byte order mark, U+200B and U+200E), put in Unicode normal form C,
+/// lowercased and put in normal form C again, so `Alice@Example.com` and
+/// ` alice@example.com ` share a bucket, and so do `josé` written with a
+/// precomposed `é` and with `e` and a combining accent, and `ǰoe` and its
+/// capitals `J̌OE`; and it is hashed with SHA-256, so a dump of the
+/// limiter's keys does not read as a list of who is resetting a password.
 ///
 /// - One identity: `<namespace>:id:<sha256 of the normalised value>`.
 /// - None (no value, or only blank ones): the address key
@@ -115,14 +117,41 @@ fn identities(req: &Request, field: &str) -> BTreeSet<String> {
     if let Some(body) = req.buffered_body() {
         values.extend(body_values(body, req.header("content-type"), field));
     }
-    // Canonically equivalent spellings reach one mailbox, so they must share
-    // a bucket. Normal form C comes first: lowercasing then acts on one
-    // spelling of each equivalence class, and every spelling gets one key.
     values
         .iter()
-        .map(|v| v.trim().nfc().collect::<String>().to_lowercase())
+        .map(|v| normalised(v))
         .filter(|v| !v.is_empty())
         .collect()
+}
+
+/// A value as its bucket knows it: trimmed as Laravel's `TrimStrings`
+/// trims it, put in Unicode normal form C, lowercased, and put in normal
+/// form C again.
+///
+/// Canonically equivalent spellings reach one mailbox, so they must share
+/// a bucket. Normal form C comes first, so lowercasing acts on one spelling
+/// of each equivalence class; and again after, since lowercasing can leave
+/// text that is not in it: `ǰ` (U+01F0) has no capital of its own, its
+/// uppercase is `J` and a combining caron, which lowercase to `j` and the
+/// caron, and those compose to `ǰ`.
+fn normalised(value: &str) -> String {
+    let lowercase = laravel_trimmed(value)
+        .nfc()
+        .collect::<String>()
+        .to_lowercase();
+    lowercase.nfc().collect()
+}
+
+/// `value` without what Laravel's `TrimStrings` middleware trims from
+/// either end: whitespace, and U+FEFF (a byte order mark), U+200B (zero
+/// width space) and U+200E (left-to-right mark)
+/// (`preg_replace('~^[\s\x{FEFF}\x{200B}\x{200E}]+|[\s\x{FEFF}\x{200B}\x{200E}]+$~u', '', $value)`).
+/// A handler ported from Laravel reads the value so trimmed, so it must
+/// share the bucket of the value written without them.
+fn laravel_trimmed(value: &str) -> &str {
+    value.trim_matches(|c: char| {
+        c.is_whitespace() || matches!(c, '\u{FEFF}' | '\u{200B}' | '\u{200E}')
+    })
 }
 
 /// The values of `field` in a body, by every reading a handler may make of
@@ -760,6 +789,21 @@ victim@example.com\r\n\
         assert!(read(br#"{"email":5}"#, "email").is_empty());
         assert!(read(b"[1,2]", "email").is_empty());
         assert!(read(b"{broken", "email").is_empty());
+    }
+
+    #[test]
+    fn a_value_is_trimmed_as_laravel_trims_and_composed_after_lowercasing() {
+        assert_eq!(
+            normalised("\u{FEFF}\u{200B} Alice@Example.com\u{200E}\t"),
+            "alice@example.com"
+        );
+        // Inside the value they stay.
+        assert_eq!(normalised("a\u{200B}b"), "a\u{200B}b");
+        assert_eq!(normalised("\u{FEFF}\u{200B}\u{200E}"), "");
+        // `J̌` lowercases to `j` and a combining caron, composed to `ǰ`.
+        assert_eq!(normalised("J\u{30C}OE"), "\u{1F0}oe");
+        assert_eq!(normalised("\u{1F0}oe"), "\u{1F0}oe");
+        assert_eq!(normalised("JOSE\u{301}"), "jos\u{E9}");
     }
 
     #[test]
