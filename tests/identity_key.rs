@@ -4,9 +4,10 @@
 
 mod support;
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -725,6 +726,188 @@ async fn requests_naming_nobody_skip_the_per_recipient_limit() {
     // Nothing was stored under the identity namespace.
     let route_keys = route.driver.bucket_count();
     assert_eq!(route_keys, 1, "only the per-address bucket exists");
+}
+
+// ---- A handler that parses multipart with multer --------------------------
+
+/// `POST /password/reset` under the per-recipient limit, its handler
+/// reading the `email` part of a multipart body with multer (the parser
+/// under axum's `Multipart`) and its `Field::text()`, and recording each
+/// mailbox it sends to.
+struct MulterRoute {
+    router: Router,
+    sent_to: Arc<Mutex<Vec<String>>>,
+    ran: Arc<AtomicUsize>,
+}
+
+fn multer_reset_route() -> MulterRoute {
+    let limiter: Arc<dyn RateLimiterDriver> = Arc::new(InMemoryRateLimiter::new());
+    let per_recipient = RateLimitMiddleware::new(
+        limiter,
+        SlidingWindowConfig {
+            max_requests: 3,
+            window: Duration::from_secs(900),
+        },
+        |req| identity_key(req, "email", "auth-issuance"),
+    )
+    .key_reads_body(4096)
+    .only_when(|req| names_identity(req, "email"))
+    .on_backend_error(BackendErrorPolicy::FailClosed);
+    let sent_to = Arc::new(Mutex::new(Vec::new()));
+    let ran = Arc::new(AtomicUsize::new(0));
+    let (sent, count) = (sent_to.clone(), ran.clone());
+    let router = Router::new()
+        .post("/password/reset", move |mut req: Request| {
+            let (sent, count) = (sent.clone(), count.clone());
+            async move {
+                count.fetch_add(1, Ordering::SeqCst);
+                let label = req.header("content-type").unwrap_or("").to_owned();
+                let body = req.bytes().await.unwrap();
+                let Ok(boundary) = multer::parse_boundary(&label) else {
+                    return HttpResponse::text("no boundary").status(400);
+                };
+                let stream = futures_util::stream::once(async move { Ok::<_, Infallible>(body) });
+                let mut multipart = multer::Multipart::new(stream, boundary);
+                while let Ok(Some(field)) = multipart.next_field().await {
+                    if field.name() == Some("email") {
+                        let email = field.text().await.unwrap_or_default();
+                        sent.lock().unwrap().push(email);
+                        return HttpResponse::text("sent");
+                    }
+                }
+                HttpResponse::text("no email").status(422)
+            }
+        })
+        .middleware(per_recipient);
+    MulterRoute {
+        router,
+        sent_to,
+        ran,
+    }
+}
+
+const MULTIPART: &str = "multipart/form-data; boundary=real";
+
+impl MulterRoute {
+    async fn post(&self, n: usize, body: &str) -> u16 {
+        let req = http::Request::post("/password/reset")
+            .header("content-type", MULTIPART)
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap();
+        let peer: SocketAddr = format!("{}:4000", address(n)).parse().unwrap();
+        handle_request_with_peer(&self.router, req, peer)
+            .await
+            .status_code()
+    }
+
+    /// Ten requests from ten addresses, the `n`th with `body(n)`: multer
+    /// reads the victim's mailbox from each, and the limit of 3 holds.
+    async fn ten_reach_the_victim_three_times(&self, body: impl Fn(usize) -> String) {
+        let mut statuses = Vec::new();
+        for n in 0..10 {
+            statuses.push(self.post(n, &body(n)).await);
+        }
+        let sent = self.sent_to.lock().unwrap().clone();
+        assert_eq!(
+            self.ran.load(Ordering::SeqCst),
+            sent.len(),
+            "the handler read a mailbox in every request it ran"
+        );
+        assert!(sent.iter().all(|s| s == "victim@mail.test"), "{sent:?}");
+        assert_eq!(sent.len(), 3, "{sent:?}: {statuses:?}");
+        assert_eq!(&statuses[..3], &[200, 200, 200]);
+        assert!(statuses[3..].iter().all(|&s| s == 429), "{statuses:?}");
+    }
+}
+
+/// A part whose `Content-Disposition` is `disposition`, holding `value`,
+/// after `preamble`, in a body split by `real`.
+fn one_part(preamble: &str, disposition: &str, headers: &str, value: &str) -> String {
+    format!(
+        "{preamble}--real\r\n\
+Content-Disposition: {disposition}\r\n\
+{headers}\r\n\
+{value}\r\n\
+--real--\r\n"
+    )
+}
+
+#[tokio::test]
+async fn a_multipart_body_multer_reads_counts_for_its_mailbox() {
+    multer_reset_route()
+        .ten_reach_the_victim_three_times(|_| {
+            one_part("", "form-data; name=\"email\"", "", "victim@mail.test")
+        })
+        .await;
+}
+
+/// multer (3.1) names a part by the first `name` in its
+/// `Content-Disposition` that follows a blank or a `;`: a quoted value ends
+/// at its closing quote, an unquoted one at the first `;` or space. To it
+/// each of these parts is named `email`, where the header's parameters
+/// read as RFC 7578 writes them are `name` `email x`, `name` `"email"x`,
+/// and a `filename`.
+#[tokio::test]
+async fn a_part_multer_names_email_counts_for_its_mailbox() {
+    for disposition in [
+        "form-data; name=email x",
+        "form-data; name=\"email\"x",
+        "form-data; filename=\"a name=email;\"",
+        "form-data; name = email",
+    ] {
+        let route = multer_reset_route();
+        let reached = route.ten_reach_the_victim_three_times(|_| {
+            one_part("", disposition, "", "victim@mail.test")
+        });
+        reached.await;
+    }
+}
+
+/// multer opens the body at the first `--<boundary>` anywhere in it, after
+/// a preamble with no line break before it as well.
+#[tokio::test]
+async fn a_preamble_with_no_line_break_counts_for_the_mailbox() {
+    for preamble in ["x", "preamble --", "\r\nx"] {
+        multer_reset_route()
+            .ten_reach_the_victim_three_times(|_| {
+                one_part(
+                    preamble,
+                    "form-data; name=\"email\"",
+                    "",
+                    "victim@mail.test",
+                )
+            })
+            .await;
+    }
+}
+
+/// multer's `Field::text()` decodes a part by the `charset` of its own
+/// `Content-Type`. In ISO-2022-JP an escape back to ASCII (`ESC ( B`) may
+/// stand before any character: each place of it is other bytes, and the
+/// same mailbox to the handler.
+#[tokio::test]
+async fn a_part_in_another_charset_counts_for_the_mailbox() {
+    let mailbox = "victim@mail.test";
+    multer_reset_route()
+        .ten_reach_the_victim_three_times(|n| {
+            let value = format!("{}\u{1b}(B{}", &mailbox[..n], &mailbox[n..]);
+            let headers = "Content-Type: text/plain; charset=iso-2022-jp\r\n";
+            one_part("", "form-data; name=\"email\"", headers, &value)
+        })
+        .await;
+}
+
+/// `Field::text()` drops a UTF-8 byte order mark: a part with one names the
+/// mailbox of the part without.
+#[tokio::test]
+async fn a_part_with_a_byte_order_mark_counts_for_the_mailbox() {
+    multer_reset_route()
+        .ten_reach_the_victim_three_times(|n| {
+            let bom = if n % 2 == 1 { "\u{feff}" } else { "" };
+            let value = format!("{bom}victim@mail.test");
+            one_part("", "form-data; name=\"email\"", "", &value)
+        })
+        .await;
 }
 
 #[cfg(feature = "redis")]

@@ -19,7 +19,14 @@ use crate::keys::{percent_decoded, sha256_hex};
 /// has buffered the body, from the body by every reading a handler may make
 /// of it: as a form, as a JSON object (its top-level string fields), and as
 /// multipart form data split by the boundary of its `Content-Type` and by
-/// the one its first line opens with, whatever the label says. Each value is
+/// the one its first line opens with, whatever the label says. The parts
+/// are read as RFC 2046 and RFC 7578 write them and as multer (the parser
+/// under axum's `Multipart`) reads them, every reading counting: from the
+/// first boundary at the body's start or after a line break, and from the
+/// first `--<boundary>` anywhere; a part named `field` by its parameters or
+/// by multer's reading of its `Content-Disposition` (`name=email x`); and
+/// its value as UTF-8 and as `Field::text()` decodes it, by the `charset`
+/// of the part's `Content-Type` and a byte order mark. Each value is
 /// trimmed (whitespace, and what Laravel's `TrimStrings` trims besides: a
 /// byte order mark, U+200B and U+200E), put in Unicode normal form C,
 /// lowercased and put in normal form C again, so `Alice@Example.com` and
@@ -157,7 +164,8 @@ fn laravel_trimmed(value: &str) -> &str {
 /// The values of `field` in a body, by every reading a handler may make of
 /// it: as a form, as a JSON object, and as multipart form data split by the
 /// boundary its `Content-Type` gives and by the one its first line opens
-/// with. A handler may parse the body any of these ways (many read a form
+/// with, each split read by every parser's reading ([`multipart_values`]).
+/// A handler may parse the body any of these ways (many read a form
 /// without looking at the label), so no label, and no body built to read
 /// one way as well as another, takes the identity out of the count: a form
 /// that is also a JSON object (`{"x":"&email=victim&"}`) or opens like a
@@ -391,41 +399,62 @@ fn parameter<'a>(param: &'a str, name: &str) -> Option<&'a str> {
 
 /// The values of the parts named `field` of a multipart body split by
 /// `boundary`, after any preamble: every such part, a file part included,
-/// since a handler reads a part by its name.
+/// since a handler reads a part by its name. The parts are read from each
+/// place a parser may take the body to open ([`openings`]), the values of
+/// every reading counted.
 fn multipart_values(body: &[u8], boundary: &[u8], field: &str) -> Vec<String> {
     let mut delimiter = b"\r\n--".to_vec();
     delimiter.extend_from_slice(boundary);
-    // The first delimiter opens the body, or ends its preamble.
-    let opens = if body.starts_with(&delimiter[2..]) {
+    let mut values = Vec::new();
+    for opened in openings(body, &delimiter) {
+        values.extend(parts_values(&body[opened..], &delimiter, field));
+    }
+    values
+}
+
+/// Where the first `--<boundary>` of a body may be taken to stand, given
+/// the `delimiter` `\r\n--<boundary>`: RFC 2046's reading, at the body's
+/// start or after the CRLF that ends a preamble; and multer's, the first
+/// `--<boundary>` anywhere (its `FindingFirstBoundary` reads up to it), a
+/// preamble with no line break before it (`x--b`) included.
+fn openings(body: &[u8], delimiter: &[u8]) -> Vec<usize> {
+    let dash_boundary = &delimiter[2..];
+    let after_line_break = if body.starts_with(dash_boundary) {
         Some(0)
     } else {
-        find(body, &delimiter).map(|at| at + 2)
+        find(body, delimiter).map(|at| at + 2)
     };
+    let anywhere = find(body, dash_boundary);
+    let mut at: Vec<usize> = after_line_break.into_iter().chain(anywhere).collect();
+    at.dedup();
+    at
+}
+
+/// The values of the parts named `field` of a body that opens with its
+/// first `--<boundary>` line, split by `delimiter` (`\r\n--<boundary>`).
+/// A part is named `field` when its `Content-Disposition` names it by any
+/// reading: its parameters as RFC 7578 writes them ([`parameter`]), or
+/// multer's ([`multer_name`]). Each value is read as text by each reading
+/// a handler may make of it ([`part_texts`]).
+fn parts_values(body: &[u8], delimiter: &[u8], field: &str) -> Vec<String> {
     let mut values = Vec::new();
-    let Some(rest) = opens.and_then(|at| {
-        let line = &body[at..];
-        find(line, b"\r\n").map(|end| &line[end + 2..])
-    }) else {
+    let Some(mut rest) = find(body, b"\r\n").map(|end| &body[end + 2..]) else {
         return values;
     };
-    let mut rest = rest;
     loop {
-        let part_ends = find(rest, &delimiter).unwrap_or(rest.len());
+        let part_ends = find(rest, delimiter).unwrap_or(rest.len());
         let part = &rest[..part_ends];
         if let Some(headers_end) = find(part, b"\r\n\r\n") {
             let headers = String::from_utf8_lossy(&part[..headers_end]);
-            let named = headers.lines().any(|line| {
-                line.split_once(':').is_some_and(|(header, value)| {
-                    header.trim().eq_ignore_ascii_case("content-disposition")
-                        && value
-                            .split(';')
-                            .filter_map(|param| parameter(param, "name"))
-                            .any(|name| name == field)
-                })
+            let named = part_headers(&headers, "content-disposition").any(|value| {
+                value
+                    .split(';')
+                    .filter_map(|param| parameter(param, "name"))
+                    .any(|name| name == field)
+                    || multer_name(value).is_some_and(|name| name == field)
             });
             if named {
-                let value = &part[headers_end + 4..];
-                values.push(String::from_utf8_lossy(value).into_owned());
+                values.extend(part_texts(&headers, &part[headers_end + 4..]));
             }
         }
         if part_ends + delimiter.len() >= rest.len() {
@@ -438,6 +467,91 @@ fn multipart_values(body: &[u8], boundary: &[u8], field: &str) -> Vec<String> {
         rest = rest.strip_prefix(b"\r\n").unwrap_or(rest);
     }
     values
+}
+
+/// The values of every header `name` (its case ignored) of a part's
+/// `headers`, one a line.
+fn part_headers<'h>(headers: &'h str, name: &str) -> impl Iterator<Item = &'h str> {
+    headers.lines().filter_map(move |line| {
+        let (header, value) = line.split_once(':')?;
+        header.trim().eq_ignore_ascii_case(name).then_some(value)
+    })
+}
+
+/// The name multer (3.1, `ContentDispositionAttr::extract_from`) reads from
+/// a `Content-Disposition` value: at the first `name` (its case kept) at
+/// the start or after a blank or a `;`, so one inside another parameter's
+/// quotes counts (`filename="a name=email;"`) and `filename` does not;
+/// then `=` with blanks around it, and a quoted value up to the next quote
+/// not preceded by a backslash (each `\"` read as `"`), or an unquoted one
+/// up to the next `;` or space (`name=email x` and `name="email"x` are
+/// `email`). `None` when that `name` has no `=` after it, a quoted value no
+/// end, or the value is not UTF-8.
+fn multer_name(disposition: &str) -> Option<String> {
+    let mut header = disposition.as_bytes().trim_ascii();
+    while let Some(at) = find(header, b"name") {
+        let after = &header[at + 4..];
+        if at > 0 && !(header[at - 1].is_ascii_whitespace() || header[at - 1] == b';') {
+            header = after;
+            continue;
+        }
+        let rest = after.trim_ascii_start().strip_prefix(b"=")?;
+        let rest = rest.trim_ascii_start();
+        let (name, escaped) = match rest.strip_prefix(b"\"") {
+            Some(quoted) => {
+                let mut end = memchr::memchr(b'"', quoted)?;
+                let mut escaped = false;
+                while end > 0 && quoted[end - 1] == b'\\' {
+                    escaped = true;
+                    end += 1 + memchr::memchr(b'"', &quoted[end + 1..])?;
+                }
+                (&quoted[..end], escaped)
+            }
+            None => {
+                let end = memchr::memchr2(b';', b' ', rest).unwrap_or(rest.len());
+                (&rest[..end], false)
+            }
+        };
+        let name = std::str::from_utf8(name).ok()?;
+        return Some(if escaped {
+            name.replace("\\\"", "\"")
+        } else {
+            name.to_owned()
+        });
+    }
+    None
+}
+
+/// A part's value as text, by each reading a handler may make of it: its
+/// bytes as UTF-8, invalid sequences replaced; and as multer's
+/// `Field::text()` decodes it, by the `charset` parameter of the part's own
+/// `Content-Type` (a label `encoding_rs` knows, UTF-8 when there is none or
+/// it knows none), a byte order mark overriding it. Each `charset` a
+/// `Content-Type` line gives is tried, and UTF-8 with its byte order mark
+/// read too, for a parser that finds no charset it takes. The same text
+/// read twice is one value; two texts are two identities.
+fn part_texts(headers: &str, value: &[u8]) -> Vec<String> {
+    let mut encodings = vec![encoding_rs::UTF_8];
+    for content_type in part_headers(headers, "content-type") {
+        for charset in parameters(content_type)
+            .skip(1)
+            .filter_map(|param| parameter(param, "charset"))
+        {
+            let encoding =
+                encoding_rs::Encoding::for_label(charset.as_bytes()).unwrap_or(encoding_rs::UTF_8);
+            if !encodings.contains(&encoding) {
+                encodings.push(encoding);
+            }
+        }
+    }
+    let mut texts = vec![String::from_utf8_lossy(value).into_owned()];
+    for encoding in encodings {
+        let (text, _, _) = encoding.decode(value);
+        if !texts.iter().any(|t| *t == text) {
+            texts.push(text.into_owned());
+        }
+    }
+    texts
 }
 
 /// Where `needle` first starts in `haystack`, in time linear in both: a
@@ -778,6 +892,95 @@ victim@example.com\r\n\
                 "{label}"
             );
         }
+    }
+
+    #[test]
+    fn a_part_is_named_as_multer_names_it() {
+        for (disposition, name) in [
+            (r#"form-data; name="my_field""#, Some("my_field")),
+            ("form-data; name  =  my_field  ", Some("my_field")),
+            ("form-data; name=email x", Some("email")),
+            (r#"form-data; name="email"x"#, Some("email")),
+            (r#"form-data; filename="a name=email;""#, Some("email")),
+            (r#"form-data; filename="f.txt"; name="file""#, Some("file")),
+            (
+                r#"form-data; name="my\"field\"name""#,
+                Some(r#"my"field"name"#),
+            ),
+            (r#"form-data; name=";"; filename=";""#, Some(";")),
+            ("form-data; name=; filename=f", Some("")),
+            // Its case is kept: `NAME` is no `name`.
+            ("form-data; NAME=email", None),
+            (r#"form-data; filename="f.txt""#, None),
+            ("form-data; name; name=email", None),
+            (r#"form-data; name="email"#, None),
+        ] {
+            assert_eq!(multer_name(disposition).as_deref(), name, "{disposition}");
+        }
+        // Either reading names the part.
+        for disposition in [
+            "name=email x",
+            "NAME=\"email\"",
+            "filename=\"a name=email;\"",
+        ] {
+            let body = format!(
+                "--b\r\nContent-Disposition: form-data; {disposition}\r\n\r\nv@x\r\n--b--\r\n"
+            );
+            assert_eq!(read(body.as_bytes(), "email"), vec!["v@x"], "{disposition}");
+        }
+    }
+
+    #[test]
+    fn the_parts_are_read_from_each_place_a_parser_opens_the_body() {
+        let delimiter = b"\r\n--b";
+        assert_eq!(openings(b"--b\r\n", delimiter), vec![0]);
+        assert_eq!(openings(b"x--b\r\n", delimiter), vec![1]);
+        assert_eq!(openings(b"x--b\r\n\r\n--b\r\n", delimiter), vec![8, 1]);
+        assert!(openings(b"--c\r\n", delimiter).is_empty());
+        // A preamble with no line break before the first delimiter, as
+        // multer reads it; and a part before the one RFC 2046 opens at.
+        let label = Some("multipart/form-data; boundary=b");
+        let body =
+            b"x--b\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\nv@x\r\n--b--\r\n";
+        assert_eq!(labelled(body, label, "email"), vec!["v@x"]);
+        let body = b"pre--b\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\na@x\r\n\
+--b\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\nb@x\r\n--b--\r\n";
+        // RFC 2046's reading opens at the second part, multer's at the
+        // first: both read the second.
+        assert_eq!(labelled(body, label, "email"), vec!["a@x", "b@x", "b@x"]);
+    }
+
+    #[test]
+    fn a_part_s_value_is_read_as_bytes_and_as_its_charset_decodes_it() {
+        let texts = |headers: &str, value: &[u8]| {
+            let mut texts = part_texts(headers, value);
+            texts.sort();
+            texts
+        };
+        assert_eq!(texts("", b"v@x"), vec!["v@x"]);
+        // ISO-2022-JP: an escape back to ASCII decodes to nothing.
+        let headers = "Content-Disposition: form-data; name=email\r\n\
+content-type: text/plain; charset=\"ISO-2022-JP\"";
+        assert_eq!(texts(headers, b"v\x1b(B@x"), vec!["v\u{1b}(B@x", "v@x"]);
+        // An unknown charset is UTF-8, as multer reads it.
+        assert_eq!(
+            texts("Content-Type: text/plain; charset=nope", b"v@x"),
+            vec!["v@x"]
+        );
+        // A byte order mark overrides the charset, or its absence.
+        assert_eq!(texts("", b"\xef\xbb\xbfv@x"), vec!["v@x", "\u{feff}v@x"]);
+        assert_eq!(
+            texts(
+                "Content-Type: text/plain; charset=iso-8859-1",
+                b"\xff\xfev\0@\0x\0"
+            ),
+            vec!["v@x", "\u{fffd}\u{fffd}v\0@\0x\0"]
+        );
+        // Latin-1 bytes are two texts: two identities.
+        assert_eq!(
+            texts("Content-Type: text/plain; charset=latin1", b"jos\xe9"),
+            vec!["jos\u{e9}", "jos\u{fffd}"]
+        );
     }
 
     #[test]
