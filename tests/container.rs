@@ -94,7 +94,10 @@ fn current_id() -> Option<u32> {
 /// held is `b`'s, so `b` is current, and nothing is once it drops (a guard
 /// that took the top of the stack off left `a` current).
 #[test]
-#[allow(unused_assignments, reason = "the old guard is dropped by the assignment")]
+#[allow(
+    unused_assignments,
+    reason = "the old guard is dropped by the assignment"
+)]
 fn a_guard_given_a_new_container_makes_that_container_current() {
     let (a, b) = (holding(1), holding(2));
     let mut guard = a.enter();
