@@ -267,7 +267,12 @@ mod tests {
         assert!(matches!(read_first("_x"), Ok(First::Name("_x"))));
         assert!(matches!(read_first("2fa"), Ok(First::Name("2fa"))));
         assert!(matches!(read_first("0x1A"), Ok(First::Name("0x1A"))));
-        assert!(matches!(read_first("api|v2"), Ok(First::Name("api|v2"))));
+        for name in ["api|v2", "api|5", "5|api", "|5", "5|"] {
+            assert!(
+                matches!(read_first(name), Ok(First::Name(n)) if n == name),
+                "{name:?}"
+            );
+        }
         assert!(matches!(
             read_first("2|5"),
             Ok(First::Limits { guest: 2, user: 5 })
@@ -281,13 +286,7 @@ mod tests {
                 "{refused:?}"
             );
         }
-        for (refused, half) in [
-            ("api|5", "guest limit"),
-            ("5|api", "user limit"),
-            ("|5", "guest limit"),
-            ("5|", "user limit"),
-            ("1.5|2", "guest limit"),
-        ] {
+        for (refused, half) in [("1.5|2", "guest limit"), ("2|1e1", "user limit")] {
             assert!(
                 matches!(
                     read_first(refused),
