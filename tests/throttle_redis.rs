@@ -405,3 +405,34 @@ async fn a_redis_that_is_down_gets_the_backend_policy() {
     })
     .await;
 }
+
+/// A limit with a window longer than Redis keeps an expiry for
+/// (`Limit::new(2, Duration::MAX)`, a lifetime's limit) counts on Redis as
+/// on memory: 2 admitted, then refusals. Sent as it is, its time to live
+/// made Redis refuse every count (`invalid expire time`), and the throttle,
+/// failing open, admitted every request. On a cluster too, where the
+/// timer is written apart; and through the facade.
+#[tokio::test]
+async fn a_limit_with_a_window_longer_than_redis_keeps_counts_as_on_memory() {
+    let server = RedisServer::start();
+    let cluster = RedisCluster::start(3);
+    for url in [server.url(), cluster.url()] {
+        let app = app_on_redis(&url, &unique_prefix("lifetime"));
+        app.scope(async {
+            let router = ok_route("/x").middleware(ThrottleRequestsMiddleware::with_limits(vec![
+                Limit::new(2, Duration::MAX).by("lifetime"),
+            ]));
+            let mut seen = Vec::new();
+            for _ in 0..4 {
+                seen.push(get(&router, "/x").await.status_code());
+            }
+            assert_eq!(seen, [200, 200, 429, 429], "{url}");
+            assert_eq!(
+                RateLimiter::hit("forever", i64::MAX).await.unwrap(),
+                1,
+                "{url}"
+            );
+        })
+        .await;
+    }
+}

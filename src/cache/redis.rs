@@ -51,7 +51,11 @@ static INCREMENT_IF_BELOW: LazyLock<LuaScript> =
 ///   values are stored and read as given, where Laravel stores them
 ///   PHP-serialized (`s:5:"hello";`): the two share the rate limiter's
 ///   counters and timers, not text put through `Cache::put`.
-/// - **Times to live** are whole seconds (`EX`), at least 1.
+/// - **Times to live** are whole seconds (`EX`), at least 1 and at most
+///   [`RedisStore::MAX_TTL_SECONDS`] (about 31.7 million years): Redis refuses an
+///   expiry whose time in milliseconds would not fit in 64 bits, and a
+///   window longer than that (`Limit::new(2, Duration::MAX)`) would have
+///   failed every count, where the memory store keeps it for ever.
 ///
 /// # Commands
 ///
@@ -97,6 +101,11 @@ impl RedisStore {
     pub const LARAVEL_CACHE_PREFIX: &'static str = "laravel-cache-";
     /// The prefix [`RedisStore::new`] uses: the two above, concatenated.
     pub const DEFAULT_PREFIX: &'static str = "laravel-database-laravel-cache-";
+    /// The longest time to live, in seconds, the store gives a key: 10^15
+    /// seconds, far inside the about 9.2 * 10^15 past which Redis refuses
+    /// an expiry (`invalid expire time`: its absolute time in milliseconds
+    /// must fit in 64 bits), and past any window a limit means.
+    pub const MAX_TTL_SECONDS: i64 = 1_000_000_000_000_000;
 
     /// A store on `conn` with [`RedisStore::DEFAULT_PREFIX`].
     pub fn new(conn: RedisConnection) -> Self {
@@ -206,7 +215,7 @@ impl Store for RedisStore {
     ) -> Result<IncrementOutcome, CacheError> {
         let mut call = ScriptCall::new(&INCREMENT_IF_BELOW, 1);
         call.key(&self.prefix, key)
-            .arg(decay_seconds.max(1))
+            .arg(expiry_seconds(decay_seconds))
             .arg(amount)
             .arg(ceiling)
             // A second run of a count that adds can only add again.
@@ -241,7 +250,7 @@ impl Store for RedisStore {
         let mut call = ScriptCall::new(&INCREMENT_IF_BELOW, 2);
         call.key(&self.prefix, count.key)
             .key(&self.prefix, count.timer_key)
-            .arg(count.decay_seconds.max(1))
+            .arg(expiry_seconds(count.decay_seconds))
             .arg(count.amount)
             .arg(count.ceiling)
             .arg(count.ends_at)
@@ -276,9 +285,16 @@ impl Store for RedisStore {
     }
 }
 
-/// A time to live as whole seconds, at least 1 (Laravel's `max(1, $seconds)`).
-fn ttl_seconds(ttl: Duration) -> u64 {
-    ttl.as_secs().max(1)
+/// A time to live as whole seconds, at least 1 (Laravel's `max(1, $seconds)`)
+/// and at most [`RedisStore::MAX_TTL_SECONDS`].
+fn ttl_seconds(ttl: Duration) -> i64 {
+    expiry_seconds(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// A window of `decay_seconds` as the time to live the store sends Redis:
+/// at least 1, at most [`RedisStore::MAX_TTL_SECONDS`].
+fn expiry_seconds(decay_seconds: i64) -> i64 {
+    decay_seconds.clamp(1, RedisStore::MAX_TTL_SECONDS)
 }
 
 /// `error`, from an integer operation on `key`, as the store reports it:
@@ -312,5 +328,8 @@ mod tests {
     fn ttl_is_whole_seconds_and_at_least_one() {
         assert_eq!(ttl_seconds(Duration::ZERO), 1);
         assert_eq!(ttl_seconds(Duration::from_millis(2900)), 2);
+        assert_eq!(ttl_seconds(Duration::MAX), RedisStore::MAX_TTL_SECONDS);
+        assert_eq!(expiry_seconds(i64::MAX), RedisStore::MAX_TTL_SECONDS);
+        assert_eq!(expiry_seconds(-5), 1);
     }
 }
