@@ -250,3 +250,167 @@ async fn the_cache_facade_uses_the_installed_store_and_its_clock() {
     })
     .await;
 }
+
+/// The crate's fake clock, except that the one caller on the thread named
+/// `late` is held right after it read the time, until the test lets it go:
+/// what a thread preempted between its read of the clock and its lock does.
+#[derive(Debug)]
+struct PausingClock {
+    inner: FakeClock,
+    armed: std::sync::atomic::AtomicBool,
+    read: std::sync::Barrier,
+    release: std::sync::Barrier,
+}
+
+impl suprnova::clock::Clock for PausingClock {
+    fn now(&self) -> Duration {
+        let now = suprnova::clock::Clock::now(&self.inner);
+        if std::thread::current().name() == Some("late")
+            && self.armed.swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            self.read.wait();
+            self.release.wait();
+        }
+        now
+    }
+}
+
+/// A caller reads the clock a second before a full window of 2 ends and is
+/// held; the window ends and a read (`attempts`, as a throttle of several
+/// limits checks, or the sweep) removes the expired counter; then the
+/// caller goes on. It acts at the time the read removed the counter at, so
+/// it counts in the new window, which admits 2 with it. Acting at its own
+/// time, it found no counter under the old timer and made one that ended a
+/// second before the next window's timer, which then counted from 0 again:
+/// 3 admitted in the window after.
+#[test]
+fn a_caller_held_across_a_window_end_counts_in_the_new_window() {
+    use suprnova::limiter::CacheRateLimiter;
+    for hit_and_check in [false, true] {
+        let take_on = move |limiter: Arc<CacheRateLimiter>| async move {
+            if hit_and_check {
+                !limiter.hit_and_check("k", 2, 10).await.unwrap()
+            } else {
+                limiter
+                    .increment_if_below("k", 10, 1, 2)
+                    .await
+                    .unwrap()
+                    .counted
+            }
+        };
+        let fake = clock_at(12, 0, 0);
+        let clock = Arc::new(PausingClock {
+            inner: fake.clone(),
+            armed: std::sync::atomic::AtomicBool::new(false),
+            read: std::sync::Barrier::new(2),
+            release: std::sync::Barrier::new(2),
+        });
+        let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+        let limiter = Arc::new(CacheRateLimiter::new(store, fake.shared()));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let take = |limiter: &Arc<CacheRateLimiter>| rt.block_on(take_on(limiter.clone()));
+        // [0, 10): full.
+        assert_eq!(
+            [take(&limiter), take(&limiter), take(&limiter)],
+            [true, true, false]
+        );
+        fake.advance(Duration::from_secs(9));
+        clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+        let late = {
+            let limiter = limiter.clone();
+            std::thread::Builder::new()
+                .name("late".into())
+                .spawn(move || {
+                    let rt = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .unwrap();
+                    rt.block_on(take_on(limiter))
+                })
+                .unwrap()
+        };
+        clock.read.wait(); // the late caller has read 9
+        fake.advance(Duration::from_secs(1)); // 10: the window has ended
+        assert_eq!(rt.block_on(limiter.attempts("k")).unwrap(), 0);
+        clock.release.wait();
+        let mut admitted = usize::from(late.join().unwrap());
+        // [10, 20): a new window, limit 2, the late caller in it.
+        for _ in 0..3 {
+            admitted += usize::from(take(&limiter));
+        }
+        fake.advance(Duration::from_secs(9)); // 19, still in [10, 20)
+        for _ in 0..3 {
+            admitted += usize::from(take(&limiter));
+        }
+        assert_eq!(admitted, 2, "hit_and_check: {hit_and_check}");
+        assert_eq!(rt.block_on(limiter.available_in("k")).unwrap(), 1);
+    }
+}
+
+/// Tasks hammer one key while the frozen clock moves on a second at a
+/// time, so that windows end under them, and one task reads the count (as
+/// a throttle of several limits checks): no window admits more than its
+/// limit. 300 seconds of windows of 10 seconds are at most 31 windows of
+/// 5. (Before callers acted at the time of a removal they came after, 160
+/// to 167 were admitted.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_window_admits_more_than_its_limit_while_windows_end_under_a_burst() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use suprnova::limiter::CacheRateLimiter;
+    for way in 0..3 {
+        let clock = clock_at(12, 0, 0);
+        let store = Arc::new(MemoryStore::with_clock(clock.shared()));
+        let limiter = Arc::new(CacheRateLimiter::new(store, clock.shared()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let admitted = Arc::new(AtomicUsize::new(0));
+        let mut tasks: Vec<_> = (0..6)
+            .map(|_| {
+                let (limiter, stop, admitted) = (limiter.clone(), stop.clone(), admitted.clone());
+                tokio::spawn(async move {
+                    while !stop.load(Ordering::SeqCst) {
+                        let counted = match way {
+                            0 => {
+                                limiter
+                                    .increment_if_below("k", 10, 1, 5)
+                                    .await
+                                    .unwrap()
+                                    .counted
+                            }
+                            1 => limiter
+                                .attempt("k", 5, || async {}, 10)
+                                .await
+                                .unwrap()
+                                .is_some(),
+                            _ => !limiter.hit_and_check("k", 5, 10).await.unwrap(),
+                        };
+                        if counted {
+                            admitted.fetch_add(1, Ordering::SeqCst);
+                        }
+                        tokio::task::yield_now().await;
+                    }
+                })
+            })
+            .collect();
+        let (reader, stop_reader) = (limiter.clone(), stop.clone());
+        tasks.push(tokio::spawn(async move {
+            while !stop_reader.load(Ordering::SeqCst) {
+                reader.attempts("k").await.unwrap();
+                tokio::task::yield_now().await;
+            }
+        }));
+        for _ in 0..300 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+            clock.advance(Duration::from_secs(1));
+        }
+        stop.store(true, Ordering::SeqCst);
+        for task in tasks {
+            task.await.unwrap();
+        }
+        let admitted = admitted.load(Ordering::SeqCst);
+        assert!(
+            admitted <= 31 * 5,
+            "way {way}: {admitted} admitted in 31 windows of 5"
+        );
+    }
+}

@@ -55,6 +55,11 @@ pub struct MemoryStore {
     /// that counted in it, so that a count left by an earlier window is
     /// told from one of the window just opened, even in the same instant.
     windows_opened: AtomicU64,
+    /// The latest time, in nanoseconds since the Unix epoch, at which a
+    /// call or a sweep removed expired entries: a call that read the clock
+    /// earlier acts at this time instead, once it holds a key's lock (see
+    /// [`MemoryStore::live`]).
+    expired_up_to: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -177,6 +182,7 @@ impl MemoryStore {
             clock,
             sweep,
             windows_opened: AtomicU64::new(0),
+            expired_up_to: AtomicU64::new(0),
         }
     }
 
@@ -200,6 +206,7 @@ impl MemoryStore {
     /// Removes every expired entry now.
     pub fn sweep(&self) {
         let now = self.clock.now();
+        self.expired_up_to.fetch_max(nanos(now), Ordering::Relaxed);
         self.entries.retain(|_, entry| entry.is_live(now));
     }
 
@@ -210,8 +217,8 @@ impl MemoryStore {
         key: &str,
         f: impl FnOnce(&mut Locked<'_, '_, Entry>, Duration) -> T,
     ) -> T {
-        let now = self.now_swept();
-        f(&mut self.live(key, now), now)
+        let (mut shard, now) = self.live(key, self.now_swept());
+        f(&mut shard, now)
     }
 
     /// The time, after sweeping when a sweep is due.
@@ -223,13 +230,28 @@ impl MemoryStore {
         now
     }
 
-    /// The shard of `key`, locked, with an expired entry of `key` removed.
-    fn live<'k>(&self, key: &'k str, now: Duration) -> Locked<'_, 'k, Entry> {
+    /// The shard of `key`, locked, with an expired entry of `key` removed,
+    /// and the time the call acts at: `now`, read before the lock, or the
+    /// latest time another call removed expired entries at, if later.
+    ///
+    /// A call may read the clock and take a key's lock only after another
+    /// call, which read the clock later, found an entry expired and removed
+    /// it. Acting at its own earlier time, it would see the key as the
+    /// other did not (a window's counter gone while its timer still stood)
+    /// and write entries that end before what the other wrote: a count
+    /// made in an ended window that then outlived it. Each removal notes
+    /// its time first, under the lock, so whoever takes the lock after it
+    /// acts no earlier.
+    fn live<'k>(&self, key: &'k str, now: Duration) -> (Locked<'_, 'k, Entry>, Duration) {
         let mut locked = self.entries.lock(key);
+        let now = now.max(Duration::from_nanos(
+            self.expired_up_to.load(Ordering::Relaxed),
+        ));
         if locked.get().is_some_and(|e| !e.is_live(now)) {
+            self.expired_up_to.fetch_max(nanos(now), Ordering::Relaxed);
             locked.remove();
         }
-        locked
+        (locked, now)
     }
 
     /// [`Store::add`] on the locked live entry: stores `value()` for `ttl`
@@ -262,23 +284,47 @@ impl MemoryStore {
     /// `tooManyAttempts` resets a count whose timer is gone, and one the
     /// current window filled is not. Under a timer this call did not open,
     /// no counter is reset.
+    ///
+    /// The time is read once, and taken later when another call removed
+    /// expired entries after it was read ([`MemoryStore::live`]); when the
+    /// timer found has ended by the time the counter is locked, as a call
+    /// that removed the counter saw it, the call starts again at that time.
     fn count_in_window(&self, count: WindowIncrement<'_>) -> Result<IncrementOutcome, CacheError> {
-        let now = self.now_swept();
-        let (opened, window) = {
-            let mut timer = self.live(count.timer_key, now);
-            let opened = Self::add_locked(
-                &mut timer,
-                || Value::WindowTimer {
-                    ends_at: count.ends_at,
-                    window: self.windows_opened.fetch_add(1, Ordering::Relaxed) + 1,
-                },
-                now,
-                count.ttl(),
-            );
-            let window = timer.get().map(|entry| entry.value.window_of_timer());
-            (opened, window)
+        let read = self.now_swept();
+        let mut at = read;
+        let (opened, window, now, mut counter) = loop {
+            let (opened, window, timer_ends, now) = {
+                let (mut timer, now) = self.live(count.timer_key, at);
+                // A timer opened later than the caller read its time ends
+                // as much later.
+                let late = now.as_secs().saturating_sub(read.as_secs());
+                let opened = Self::add_locked(
+                    &mut timer,
+                    || Value::WindowTimer {
+                        ends_at: count
+                            .ends_at
+                            .saturating_add(i64::try_from(late).unwrap_or(i64::MAX)),
+                        window: self.windows_opened.fetch_add(1, Ordering::Relaxed) + 1,
+                    },
+                    now,
+                    count.ttl(),
+                );
+                let entry = timer.get();
+                let window = entry.map(|entry| entry.value.window_of_timer());
+                (
+                    opened,
+                    window,
+                    entry.and_then(|entry| entry.expires_at),
+                    now,
+                )
+            };
+            let (counter, now) = self.live(count.key, now);
+            if timer_ends.is_some_and(|ends| now >= ends) {
+                at = now;
+                continue;
+            }
+            break (opened, window, now, counter);
         };
-        let mut counter = self.live(count.key, now);
         if opened
             && let Some(window) = window
             && count.amount <= count.ceiling
@@ -366,6 +412,11 @@ impl MemoryStore {
     fn expiry(now: Duration, ttl: Duration) -> Option<Duration> {
         Some(now.saturating_add(ttl.max(Duration::from_secs(1))))
     }
+}
+
+/// `time` in nanoseconds, at most `u64::MAX` (the year 2554).
+fn nanos(time: Duration) -> u64 {
+    u64::try_from(time.as_nanos()).unwrap_or(u64::MAX)
 }
 
 impl Default for MemoryStore {
