@@ -247,12 +247,11 @@ struct ResetRoute {
 
 /// `POST /password/reset`: 20 a minute per address, and 3 in 15 minutes per
 /// mailbox read from the query or the body (4 KiB at most), failing closed.
-fn reset_route() -> ResetRoute {
-    let clock = clock_at(10, 0, 0);
-    let driver = Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
-    let limiter: Arc<dyn RateLimiterDriver> = driver.clone();
-    let per_recipient = RateLimitMiddleware::new(
-        limiter.clone(),
+/// The API reference's per-recipient limit: 3 resets a mailbox in 15
+/// minutes, keyed on the body's `email`, requests naming none skipped.
+fn per_recipient(limiter: Arc<dyn RateLimiterDriver>) -> RateLimitMiddleware {
+    RateLimitMiddleware::new(
+        limiter,
         SlidingWindowConfig {
             max_requests: 3,
             window: Duration::from_secs(900),
@@ -261,7 +260,14 @@ fn reset_route() -> ResetRoute {
     )
     .key_reads_body(4096)
     .only_when(|req| names_identity(req, "email"))
-    .on_backend_error(BackendErrorPolicy::FailClosed);
+    .on_backend_error(BackendErrorPolicy::FailClosed)
+}
+
+fn reset_route() -> ResetRoute {
+    let clock = clock_at(10, 0, 0);
+    let driver = Arc::new(InMemoryRateLimiter::with_clock(clock.shared()));
+    let limiter: Arc<dyn RateLimiterDriver> = driver.clone();
+    let per_recipient = per_recipient(limiter.clone());
     let per_ip = RateLimitMiddleware::new(
         limiter,
         SlidingWindowConfig::new(20, Duration::from_secs(60)),
@@ -742,17 +748,7 @@ struct MulterRoute {
 
 fn multer_reset_route() -> MulterRoute {
     let limiter: Arc<dyn RateLimiterDriver> = Arc::new(InMemoryRateLimiter::new());
-    let per_recipient = RateLimitMiddleware::new(
-        limiter,
-        SlidingWindowConfig {
-            max_requests: 3,
-            window: Duration::from_secs(900),
-        },
-        |req| identity_key(req, "email", "auth-issuance"),
-    )
-    .key_reads_body(4096)
-    .only_when(|req| names_identity(req, "email"))
-    .on_backend_error(BackendErrorPolicy::FailClosed);
+    let per_recipient = per_recipient(limiter);
     let sent_to = Arc::new(Mutex::new(Vec::new()));
     let ran = Arc::new(AtomicUsize::new(0));
     let (sent, count) = (sent_to.clone(), ran.clone());
