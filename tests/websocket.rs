@@ -51,6 +51,18 @@ impl WebSocketHandler for GreetAndLeave {
     }
 }
 
+/// Reads until the peer closes, then keeps the socket a while (cleaning up,
+/// say) before it returns.
+struct LingerAfterClose(Duration);
+
+#[async_trait]
+impl WebSocketHandler for LingerAfterClose {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        while let Some(Ok(_)) = socket.recv().await {}
+        tokio::time::sleep(self.0).await;
+    }
+}
+
 /// Hands the socket to a task of its own and returns at once; the task
 /// writes once the test releases it.
 struct HandOff(Arc<tokio::sync::Semaphore>);
@@ -202,6 +214,31 @@ async fn the_session_completes_the_close_when_the_handler_returns() {
         .expect("the server did not end the connection in time");
     assert!(end.is_none(), "expected the end of the socket, got {end:?}");
     wait_open(&cap, "127.0.0.1", 0).await;
+}
+
+/// The peer's close frame is answered when `recv` returns `None`, "as soon
+/// as practical" (RFC 6455, 5.5.1), not when the handler, busy after its
+/// read loop, drops the socket.
+#[tokio::test]
+async fn a_peers_close_is_answered_when_recv_returns_none() {
+    let server = TestServer::start(ws!("/ws", LingerAfterClose(Duration::from_secs(3)))).await;
+    let mut client = connect(server.addr(), "127.0.0.1", "/ws").await.unwrap();
+    client.send(Message::text("hi")).await.unwrap();
+    let started = Instant::now();
+    client.close(None).await.unwrap();
+    let answer = tokio::time::timeout(Duration::from_secs(10), client.next())
+        .await
+        .expect("no close frame in time");
+    let took = started.elapsed();
+    assert!(
+        matches!(answer, Some(Ok(Message::Close(_)))),
+        "expected the server's close frame, got {answer:?}"
+    );
+    assert!(
+        took < Duration::from_secs(1),
+        "the close was answered after {took:?}, when the handler dropped the socket"
+    );
+    server.stop().await;
 }
 
 #[tokio::test]

@@ -59,7 +59,8 @@ impl WebSocket {
     }
 
     /// The next message from the peer; `None` once the peer has closed the
-    /// socket (its close frame is answered for you), the connection is
+    /// socket (its close frame is answered for you before `recv` returns,
+    /// within [`CLOSE_TIMEOUT`](super::CLOSE_TIMEOUT)), the connection is
     /// gone, or the server is shutting down (the peer is then sent a close
     /// frame with code 1001, going away). Ping and pong frames are returned
     /// too.
@@ -78,7 +79,13 @@ impl WebSocket {
             None => stream.next().await,
         };
         match next? {
-            Ok(Message::Close(_)) => None,
+            Ok(Message::Close(_)) => {
+                // The read only queues the answer to the peer's close; it
+                // goes out now, as soon as practical (RFC 6455, 5.5.1), not
+                // when the socket drops, for at most CLOSE_TIMEOUT.
+                let _ = tokio::time::timeout(super::CLOSE_TIMEOUT, stream.flush()).await;
+                None
+            }
             Err(TungsteniteError::ConnectionClosed | TungsteniteError::AlreadyClosed) => None,
             Err(error) => {
                 // A peer that broke the protocol, or sent too much, is told
