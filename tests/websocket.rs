@@ -469,6 +469,81 @@ async fn a_shutdown_ends_a_handler_waiting_to_send_to_a_peer_that_does_not_read(
     writer.abort();
 }
 
+/// Fills the connection to a peer that does not read, waits for the test's
+/// word, then closes the socket and reports how long `close` took (`None`
+/// past three close timeouts).
+struct CloseAfterStall {
+    stalled: tokio::sync::mpsc::UnboundedSender<()>,
+    go: Arc<tokio::sync::Semaphore>,
+    report: tokio::sync::mpsc::UnboundedSender<Option<Duration>>,
+}
+
+#[async_trait]
+impl WebSocketHandler for CloseAfterStall {
+    async fn on_socket(&self, mut socket: WebSocket) {
+        let chunk = vec![0_u8; 1 << 20];
+        // Until a send waits: the socket buffers are full, and what is left
+        // of the message waits in the write buffer.
+        loop {
+            let sending = socket.send(Message::binary(chunk.clone()));
+            match tokio::time::timeout(Duration::from_millis(500), sending).await {
+                Ok(Ok(())) => continue,
+                Ok(Err(error)) => panic!("a send failed before one waited: {error}"),
+                Err(_) => break,
+            }
+        }
+        let _ = self.stalled.send(());
+        self.go.acquire().await.unwrap().forget();
+        let started = Instant::now();
+        let closed = tokio::time::timeout(3 * CLOSE_TIMEOUT, socket.close()).await;
+        let _ = self.report.send(closed.ok().map(|_| started.elapsed()));
+    }
+}
+
+/// `WebSocket::close` to a peer that does not read gives up after
+/// [`CLOSE_TIMEOUT`], during a shutdown too, so that it cannot hold the
+/// shutdown for its whole grace.
+#[tokio::test]
+async fn a_close_during_a_shutdown_to_a_peer_that_does_not_read_gives_up() {
+    let (stalled_tx, mut stalled) = tokio::sync::mpsc::unbounded_channel();
+    let (report_tx, mut report) = tokio::sync::mpsc::unbounded_channel();
+    let go = Arc::new(tokio::sync::Semaphore::new(0));
+    let handler = CloseAfterStall {
+        stalled: stalled_tx,
+        go: go.clone(),
+        report: report_tx,
+    };
+    let server = TestServer::start(ws!("/ws", handler)).await;
+    // A client that completes the handshake and then never reads.
+    let (stream, head) = raw_handshake(server.addr(), "HTTP/1.1").await;
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    support::within(
+        "the handler to stall",
+        Duration::from_secs(30),
+        stalled.recv(),
+    )
+    .await;
+    let stopping = tokio::spawn(server.stop());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    go.add_permits(1);
+    let took = support::within(
+        "the handler's report",
+        Duration::from_secs(30),
+        report.recv(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        took.is_some_and(|took| took <= CLOSE_TIMEOUT + Duration::from_secs(1)),
+        "close took {took:?} (None: over {:?})",
+        3 * CLOSE_TIMEOUT
+    );
+    support::within("the shutdown", Duration::from_secs(20), stopping)
+        .await
+        .unwrap();
+    drop(stream);
+}
+
 /// Lets the route answer, then answers 403 instead of its 101.
 struct ReplaceTheAnswer;
 

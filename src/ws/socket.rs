@@ -145,11 +145,25 @@ impl WebSocket {
 
     /// Starts the close handshake: sends a close frame. Reading on after it
     /// returns the peer's last messages, then `None`.
+    ///
+    /// It waits at most [`CLOSE_TIMEOUT`](super::CLOSE_TIMEOUT) for the frame
+    /// to go out, so a peer that does not read cannot hold it (or, at a
+    /// shutdown, the server): past it, it fails with an
+    /// [`Io`](WebSocketError::Io) error of kind
+    /// [`TimedOut`](std::io::ErrorKind::TimedOut), and the connection ends
+    /// when the socket drops.
     pub async fn close(&mut self) -> Result<(), WebSocketError> {
-        match self.stream.as_mut() {
-            Some(stream) => stream.close(None).await,
-            None => Err(WebSocketError::AlreadyClosed),
-        }
+        let Some(stream) = self.stream.as_mut() else {
+            return Err(WebSocketError::AlreadyClosed);
+        };
+        tokio::time::timeout(super::CLOSE_TIMEOUT, stream.close(None))
+            .await
+            .unwrap_or_else(|_| {
+                Err(WebSocketError::Io(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the peer did not take the close frame within the close timeout",
+                )))
+            })
     }
 
     /// The client address of the upgrade request
