@@ -191,6 +191,35 @@ async fn a_plain_get_on_a_socket_route_is_told_to_upgrade() {
     );
 }
 
+/// RFC 9110, 9.3.2: HEAD is answered as GET is; a `POST` is told
+/// `Allow: GET, HEAD`, and a `HEAD` gets what a plain `GET` gets, not 405.
+#[tokio::test]
+async fn head_on_a_socket_route_is_answered_as_a_plain_get() {
+    let router = ws!("/ws", Echo);
+    let peer: SocketAddr = "192.0.2.1:4000".parse().unwrap();
+    let answer = |method: http::Method| {
+        let request = http::Request::builder()
+            .method(method)
+            .uri("/ws")
+            .body(String::new())
+            .unwrap();
+        handle_request_with_peer(&router, request, peer)
+    };
+    let post = answer(http::Method::POST).await;
+    assert_eq!(post.status_code(), 405);
+    assert_eq!(post.header_str("allow"), Some("GET, HEAD"));
+    let get = answer(http::Method::GET).await;
+    let head = answer(http::Method::HEAD).await;
+    assert_eq!(get.status_code(), 426);
+    for header in ["upgrade", "connection", "sec-websocket-version"] {
+        assert_eq!(head.header_str(header), get.header_str(header), "{header}");
+    }
+    assert_eq!(
+        (head.status_code(), head.body_text()),
+        (get.status_code(), get.body_text())
+    );
+}
+
 #[tokio::test]
 async fn the_session_completes_the_close_when_the_handler_returns() {
     let cap = RateLimitMiddleware::connections_per_ip(5);

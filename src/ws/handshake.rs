@@ -11,12 +11,20 @@ const VERSION: &str = "13";
 /// Checks that `request` opens a WebSocket, and returns the
 /// `Sec-WebSocket-Accept` value for it, or the answer it gets instead.
 pub(super) fn accept_key(request: &Request) -> Result<String, HttpResponse> {
+    if request.method() == Method::HEAD {
+        // RFC 9110, 9.3.2: HEAD is answered as GET is, without the content.
+        // A HEAD upgrades nothing (RFC 6455, 4.1: the handshake is a GET), so
+        // it gets what a GET that asks for no upgrade gets.
+        return Err(upgrade_required(NOT_A_HANDSHAKE));
+    }
     if request.method() != Method::GET {
+        // The route is a GET route, so the router refuses other methods
+        // before they get here; `Allow` says what the router's 405 says.
         return Err(HttpResponse::text(
             "405 Method Not Allowed: a WebSocket handshake is a GET request",
         )
         .status(405)
-        .header("Allow", "GET"));
+        .header("Allow", "GET, HEAD"));
     }
     if request.version() < http::Version::HTTP_11 {
         // RFC 6455, 4.1: HTTP/1.1 or later; hyper upgrades no other.
@@ -25,9 +33,7 @@ pub(super) fn accept_key(request: &Request) -> Result<String, HttpResponse> {
         ));
     }
     if !has_token(request, "upgrade", "websocket") {
-        return Err(upgrade_required(
-            "426 Upgrade Required: this route speaks WebSocket only; open it with a WebSocket handshake (Upgrade: websocket)",
-        ));
+        return Err(upgrade_required(NOT_A_HANDSHAKE));
     }
     if !has_token(request, "connection", "upgrade") {
         return Err(bad_request(
@@ -46,6 +52,9 @@ pub(super) fn accept_key(request: &Request) -> Result<String, HttpResponse> {
         )),
     }
 }
+
+/// What a request to a socket route that asks for no upgrade is told.
+const NOT_A_HANDSHAKE: &str = "426 Upgrade Required: this route speaks WebSocket only; open it with a WebSocket handshake (Upgrade: websocket)";
 
 /// Whether a comma-separated header lists `token`, in any case.
 fn has_token(request: &Request, header: &str, token: &str) -> bool {
@@ -139,6 +148,16 @@ mod tests {
                 "400 Bad Request: a WebSocket handshake needs HTTP/1.1 or later".to_owned()
             )
         );
+
+        let head = Request::new(
+            http::Request::head("/ws")
+                .header("Upgrade", "websocket")
+                .body(String::new())
+                .unwrap(),
+        );
+        let r = accept_key(&head).unwrap_err();
+        assert_eq!(r.status_code(), 426);
+        assert_eq!(r.header_str("upgrade"), Some("websocket"));
 
         let mut no_connection = handshake(&[]);
         no_connection.headers_mut().remove("connection");
