@@ -783,13 +783,25 @@ async fn a_101_replaced_outside_a_nested_router_starts_no_session() {
 
 /// A handshake over raw TCP: the stream and the response head.
 async fn raw_handshake(server: SocketAddr, version: &str) -> (TcpStream, String) {
+    raw_handshake_ending(server, version, b"\r\n").await
+}
+
+/// A handshake over raw TCP whose header lines are followed by `rest` (more
+/// header lines, the empty line, a body): the stream and the response head.
+async fn raw_handshake_ending(
+    server: SocketAddr,
+    version: &str,
+    rest: &[u8],
+) -> (TcpStream, String) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = TcpStream::connect(server).await.unwrap();
-    let request = format!(
+    let mut request = format!(
         "GET /ws {version}\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
+         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    )
+    .into_bytes();
+    request.extend_from_slice(rest);
+    stream.write_all(&request).await.unwrap();
     let mut head = Vec::new();
     let mut byte = [0_u8; 1];
     support::within("a handshake's answer", Duration::from_secs(5), async {
@@ -874,6 +886,39 @@ async fn an_http_1_0_handshake_is_refused_with_400() {
         body,
         "400 Bad Request: a WebSocket handshake needs HTTP/1.1 or later"
     );
+    server.stop().await;
+}
+
+/// RFC 9110, 7.8: an upgraded protocol starts after the whole request. A
+/// handshake that announces a body is refused with 400, so the body's bytes
+/// (here a masked text frame) are never read as WebSocket frames.
+#[tokio::test]
+async fn the_rest_of_a_handshakes_body_is_not_read_as_frames() {
+    use tokio::io::AsyncReadExt;
+    let server = TestServer::start(ws!("/ws", Echo)).await;
+    let frame = [0x81, 0x82, 0, 0, 0, 0, b'h', b'i'];
+    let length = [b"Content-Length: 8\r\n\r\n".as_slice(), &frame].concat();
+    let chunked = [
+        b"Transfer-Encoding: chunked\r\n\r\n8\r\n".as_slice(),
+        &frame,
+        b"\r\n0\r\n\r\n",
+    ]
+    .concat();
+    for rest in [length, chunked] {
+        let (mut stream, head) = raw_handshake_ending(server.addr(), "HTTP/1.1", &rest).await;
+        assert!(head.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{head}");
+        let body = "400 Bad Request: a WebSocket handshake has no body \
+                    (no Transfer-Encoding, and no Content-Length but 0)";
+        let mut got = vec![0_u8; body.len()];
+        support::within(
+            "the body",
+            Duration::from_secs(5),
+            stream.read_exact(&mut got),
+        )
+        .await
+        .unwrap();
+        assert_eq!(String::from_utf8_lossy(&got), body);
+    }
     server.stop().await;
 }
 

@@ -40,6 +40,14 @@ pub(super) fn accept_key(request: &Request) -> Result<String, HttpResponse> {
             "400 Bad Request: a WebSocket handshake needs the header Connection: Upgrade",
         ));
     }
+    if announces_a_body(request) {
+        // RFC 9110, 7.8: the upgraded protocol starts after the whole
+        // request, so the body's bytes, arriving after the 101, would be
+        // read as WebSocket frames.
+        return Err(bad_request(
+            "400 Bad Request: a WebSocket handshake has no body (no Transfer-Encoding, and no Content-Length but 0)",
+        ));
+    }
     if request.header("sec-websocket-version").map(str::trim) != Some(VERSION) {
         return Err(upgrade_required(
             "426 Upgrade Required: only WebSocket version 13 is supported (Sec-WebSocket-Version: 13)",
@@ -55,6 +63,20 @@ pub(super) fn accept_key(request: &Request) -> Result<String, HttpResponse> {
 
 /// What a request to a socket route that asks for no upgrade is told.
 const NOT_A_HANDSHAKE: &str = "426 Upgrade Required: this route speaks WebSocket only; open it with a WebSocket handshake (Upgrade: websocket)";
+
+/// Whether `request` says a body follows its head: any `Transfer-Encoding`,
+/// or a `Content-Length` other than 0.
+fn announces_a_body(request: &Request) -> bool {
+    let headers = request.headers();
+    headers.contains_key(http::header::TRANSFER_ENCODING)
+        || headers
+            .get_all(http::header::CONTENT_LENGTH)
+            .iter()
+            .any(|length| {
+                let length = length.to_str().ok().map(str::trim);
+                length.and_then(|l| l.parse::<u64>().ok()) != Some(0)
+            })
+}
 
 /// Whether a comma-separated header lists `token`, in any case.
 fn has_token(request: &Request, header: &str, token: &str) -> bool {
@@ -164,5 +186,24 @@ mod tests {
         let r = accept_key(&no_connection).unwrap_err();
         assert_eq!(r.status_code(), 400);
         assert!(r.body_text().contains("Connection: Upgrade"));
+    }
+
+    #[test]
+    fn a_handshake_that_announces_a_body_is_refused() {
+        for (name, value) in [
+            ("content-length", "8"),
+            ("content-length", "nine"),
+            ("transfer-encoding", "chunked"),
+        ] {
+            let mut request = handshake(&[]);
+            request
+                .headers_mut()
+                .insert(name, http::HeaderValue::from_static(value));
+            let r = accept_key(&request).unwrap_err();
+            assert_eq!(r.status_code(), 400, "{name}: {value}");
+            assert!(r.body_text().contains("has no body"), "{}", r.body_text());
+        }
+        // An empty body, announced, is no body.
+        assert!(accept_key(&handshake(&[("content-length", "0")])).is_ok());
     }
 }
