@@ -498,6 +498,60 @@ async fn a_shutdown_ends_a_handler_waiting_to_send_to_a_peer_that_does_not_read(
     writer.abort();
 }
 
+/// Lets a request through after a pause, as a middleware that asks a
+/// backend would.
+struct Slow(Duration);
+
+#[async_trait]
+impl Middleware for Slow {
+    async fn handle(&self, request: Request, next: Next) -> Response {
+        tokio::time::sleep(self.0).await;
+        next(request).await
+    }
+}
+
+/// A handshake still in a middleware when the shutdown begins reaches the
+/// route after the server told its sessions: it is answered 503, not
+/// upgraded into a session the server would not wait for, and the server
+/// returns with its place given back.
+#[tokio::test]
+async fn a_handshake_that_reaches_the_route_during_a_shutdown_is_refused_with_503() {
+    use tokio::io::AsyncReadExt;
+
+    let cap = RateLimitMiddleware::connections_per_ip(5);
+    let server = TestServer::start(
+        ws!("/ws", Echo)
+            .middleware(cap.clone())
+            .middleware(Slow(Duration::from_millis(500))),
+    )
+    .await;
+    let addr = server.addr();
+    let client = tokio::spawn(async move { raw_handshake(addr, "HTTP/1.1").await });
+    wait_open(&cap, "127.0.0.1", 1).await;
+    support::within("the shutdown", Duration::from_secs(20), server.stop()).await;
+    let open_after_stop = cap.open_for("127.0.0.1".parse().unwrap());
+    let (mut stream, head) = support::within("the handshake", Duration::from_secs(5), client)
+        .await
+        .unwrap();
+    assert_eq!(
+        open_after_stop, 0,
+        "the server returned with a session still holding its place; the handshake got {head}"
+    );
+    assert!(head.starts_with("HTTP/1.1 503"), "{head}");
+    let mut body = String::new();
+    support::within(
+        "the body",
+        Duration::from_secs(5),
+        stream.read_to_string(&mut body),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        body,
+        "503 Service Unavailable: the server is shutting down; open the WebSocket again later"
+    );
+}
+
 /// Fills the connection to a peer that does not read, waits for the test's
 /// word, then closes the socket and reports how long `close` took (`None`
 /// past three close timeouts).

@@ -126,8 +126,18 @@ async fn upgrade<H: WebSocketHandler>(
         );
         return HttpResponse::text("500 Internal Server Error").status(500);
     };
-    let holds = request.take_connection_holds();
+    // Joined before the flag is read: a shutdown that raises the flag after
+    // this read finds the session joined and waits for it; one that raised
+    // it before is seen here, and the handshake is refused, as the server
+    // may have stopped waiting for its sessions already.
     let shutdown = Sessions::join_current();
+    if shutdown.as_ref().is_some_and(|flag| *flag.borrow()) {
+        return HttpResponse::text(
+            "503 Service Unavailable: the server is shutting down; open the WebSocket again later",
+        )
+        .status(503);
+    }
+    let holds = request.take_connection_holds();
     let client_ip = request.ip_addr();
     let path = request.path().to_owned();
     // The request (its body, its headers) is not needed by the session; only
