@@ -13,8 +13,12 @@ use super::WebSocket;
 ///
 /// A peer that vanishes without closing is noticed when a read or a write
 /// fails: [`WebSocket::recv`] returns `None` or an error. The server's TCP
-/// keep-alive ([`KEEPALIVE_IDLE`](crate::server::KEEPALIVE_IDLE)) fails a
-/// read about 90 seconds after the peer falls silent.
+/// keep-alive ([`KEEPALIVE_IDLE`](crate::server::KEEPALIVE_IDLE)) probes a
+/// silent peer only while the server has nothing unacknowledged in flight,
+/// and then fails a read about 90 seconds after the peer falls silent. With
+/// data in flight (a send the peer never acknowledged) no probe is sent: the
+/// kernel's retransmission timeout decides, which can take many minutes
+/// (about 15 on Linux's defaults, `net.ipv4.tcp_retries2` = 15).
 #[async_trait]
 pub trait WebSocketHandler: Send + Sync + 'static {
     /// Runs the session of one socket.

@@ -38,21 +38,33 @@
 //! `Connection: Upgrade`, `Sec-WebSocket-Version: 13`, a valid
 //! `Sec-WebSocket-Key`) and answers `101 Switching Protocols`; a request that
 //! is not a WebSocket handshake gets `426` or `400` with a body that says
-//! what is missing. The socket then runs in a task of its own. Whatever the
-//! request held for its connection ([`Request::hold_for_connection`], such as
-//! a [`ConnectionsPerIp`](crate::rate_limit::ConnectionsPerIp) place) moves
+//! what is missing. A `HEAD` gets what a `GET` without `Upgrade: websocket`
+//! gets: `426` with the `Upgrade` headers. A handshake that announces a body
+//! (a `Transfer-Encoding`, or a `Content-Length` other than 0) gets `400`:
+//! the upgraded protocol starts after the whole request (RFC 9110, 7.8), so
+//! the body would be read as WebSocket frames. The socket then runs in a
+//! task of its own. Whatever the request held for its connection
+//! ([`Request::hold_for_connection`], such as a
+//! [`ConnectionsPerIp`](crate::rate_limit::ConnectionsPerIp) place) moves
 //! into that task and is released when the session ends: when the handler
 //! has returned, the [`WebSocket`] is dropped, and the close handshake is
 //! done (or [`CLOSE_TIMEOUT`] has passed). A middleware that refuses the
 //! upgrade drops the request, and its holds, at once.
+//!
+//! When the peer closes, [`WebSocket::recv`] answers its close frame and
+//! returns `None`.
 //!
 //! When the server shuts down, every open socket is told: its next
 //! [`WebSocket::recv`] (or the one it is waiting in) sends the peer a close
 //! frame with code 1001, going away, and returns `None`, so a handler that
 //! reads its socket ends; [`WebSocket::send`] goes on for [`CLOSE_TIMEOUT`]
 //! after the shutdown began and then fails, so a handler that only writes
-//! ends too. Each close waits at most [`CLOSE_TIMEOUT`] for the peer. The server waits for the
-//! sessions, within its [`SHUTDOWN_GRACE`](crate::server::SHUTDOWN_GRACE).
+//! ends too. Each close ([`WebSocket::close`], the answer to a peer's close,
+//! the 1001 and the session's own) waits at most [`CLOSE_TIMEOUT`] for the
+//! peer, shutdown or not. A handshake that reaches the route once the
+//! shutdown has begun (one a slow middleware held, say) gets `503` and no
+//! upgrade. The server waits for the sessions, within its
+//! [`SHUTDOWN_GRACE`](crate::server::SHUTDOWN_GRACE).
 //!
 //! A socket reads messages (and frames) of up to [`MAX_MESSAGE_SIZE`], 1 MiB
 //! ([`route_with_max_message_size`] sets another): a larger one ends the
