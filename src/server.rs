@@ -39,6 +39,7 @@ use crate::ws::Sessions;
 
 mod body_timeout;
 mod connection;
+mod frames;
 mod idle;
 
 use body_timeout::Timed;
@@ -73,7 +74,12 @@ pub enum ServerError {
 /// with nothing in flight, is dropped within a period more. A connection
 /// counts as busy while its answers go out, so a large answer read slowly
 /// is not cut; a client that makes no room for any of its answer for two
-/// periods (it stopped reading) is dropped. An HTTP/1 request body that a
+/// periods (it stopped reading) is dropped. On HTTP/2 only an answer's
+/// frames count as going out: the server's replies to a peer's PINGs, and
+/// its other frames of its own, keep no connection open, and a client that
+/// makes no room in its flow-control window for its answer, with nothing
+/// else in flight, is closed as an idle one is (and dropped a period after
+/// the GOAWAY, its answer still waiting). An HTTP/1 request body that a
 /// handler reads is bounded the same way: no part of it for this long ends
 /// it with [`BodyTimeout`](crate::http::BodyTimeout), which a reader
 /// answers with 408. (An HTTP/2 body is not: when its client may send is

@@ -2,10 +2,15 @@
 //!
 //! Each request a connection serves is counted when it arrives and when its
 //! answer is made ([`Activity::begin`], whose [`Busy`] guard counts the
-//! end), and each write of the connection's socket is counted too, with
-//! whether the last one had to wait for the client ([`Watched`]): an answer
-//! made is not an answer sent, and a large one read slowly by its client
-//! is still going out periods after it was made. Each count is a relaxed
+//! end), and each write of the connection's socket that carries an answer
+//! is counted too, with whether the last one had to wait for the client
+//! ([`Watched`]): an answer made is not an answer sent, and a large one
+//! read slowly by its client is still going out periods after it was made.
+//! On HTTP/1 every write carries an answer. On HTTP/2 the server also
+//! writes frames of its own (a `PING` acknowledged, `SETTINGS`
+//! acknowledged, `WINDOW_UPDATE`, `GOAWAY`), which a peer can have it write
+//! as often as it likes: only the frames of an answer (`HEADERS`,
+//! `CONTINUATION`, `DATA` with a payload) count. Each count is a relaxed
 //! store to the connection's own counters. The connection's task looks at
 //! the counts once a period ([`IdleWatch::wait`]) rather than being woken
 //! by every request.
@@ -18,6 +23,8 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::frames::{Frames, PREFACE, Seen};
 
 /// The requests one connection has begun and ended, and the writes that
 /// carried its answers out.
@@ -49,6 +56,7 @@ impl Activity {
         Watched {
             io,
             activity: self.clone(),
+            protocol: Protocol::Sniffing(0),
         }
     }
 
@@ -69,6 +77,20 @@ impl Activity {
             Poll::Pending => self.0.blocked.store(true, Relaxed),
             Poll::Ready(result) => {
                 if matches!(result, Ok(n) if *n > 0) {
+                    self.0.writes.fetch_add(1, Relaxed);
+                }
+                self.0.blocked.store(false, Relaxed);
+            }
+        }
+    }
+
+    /// A write of an HTTP/2 connection, which counts as a write only when
+    /// it carried some of an answer's frames.
+    fn wrote_frames(&self, written: &Poll<io::Result<usize>>, answer: bool) {
+        match written {
+            Poll::Pending => self.0.blocked.store(true, Relaxed),
+            Poll::Ready(_) => {
+                if answer {
                     self.0.writes.fetch_add(1, Relaxed);
                 }
                 self.0.blocked.store(false, Relaxed);
@@ -99,11 +121,75 @@ impl Snapshot {
     }
 }
 
-/// A connection's socket, whose every write that moved bytes is counted in
-/// its [`Activity`].
+/// A connection's socket, whose writes that carried an answer are counted
+/// in its [`Activity`]: every write that moved bytes on HTTP/1, the writes
+/// that carried an answer's frames on HTTP/2.
 pub(super) struct Watched<S> {
     io: S,
     activity: Activity,
+    protocol: Protocol,
+}
+
+/// What a connection speaks, as its first bytes read tell.
+enum Protocol {
+    /// The bytes read so far (this many) are the start of the HTTP/2
+    /// preface.
+    Sniffing(u8),
+    /// Anything else: HTTP/1, which an HTTP/1 upgrade leaves to its new
+    /// protocol.
+    Http1,
+    /// The client sent the HTTP/2 preface (the server has no TLS, so prior
+    /// knowledge is the only way to it, as hyper-util's server tells it).
+    Http2(Box<Http2>),
+}
+
+/// The frames an HTTP/2 connection wrote, followed.
+#[derive(Default)]
+struct Http2 {
+    written: Frames,
+}
+
+impl<S> Watched<S> {
+    /// Follows `bytes`, the next ones read from the client, until they tell
+    /// HTTP/1 from HTTP/2.
+    fn came(&mut self, bytes: &[u8]) {
+        if let Protocol::Sniffing(matched) = self.protocol {
+            let matched = usize::from(matched);
+            let take = (PREFACE.len() - matched).min(bytes.len());
+            self.protocol = if bytes[..take] != PREFACE[matched..matched + take] {
+                Protocol::Http1
+            } else if matched + take < PREFACE.len() {
+                // Less than 24.
+                Protocol::Sniffing((matched + take) as u8)
+            } else {
+                Protocol::Http2(Box::default())
+            };
+        }
+    }
+
+    /// Counts a write of HTTP/2 frames that wrote the first `n` bytes of
+    /// `bufs`.
+    fn wrote_frames<'a>(
+        &mut self,
+        written: &Poll<io::Result<usize>>,
+        bufs: impl IntoIterator<Item = &'a [u8]>,
+    ) {
+        let Protocol::Http2(frames) = &mut self.protocol else {
+            return;
+        };
+        let mut seen = Seen::default();
+        if let Poll::Ready(Ok(mut n)) = *written {
+            for buf in bufs {
+                if n == 0 {
+                    break;
+                }
+                let part = &buf[..n.min(buf.len())];
+                frames.written.follow(part, &mut seen);
+                n -= part.len();
+            }
+        }
+        self.activity.wrote_frames(written, seen.answer);
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
@@ -112,14 +198,15 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.io).poll_read(cx, buf)
-    }
-}
-
-impl<S: AsyncWrite + Unpin> Watched<S> {
-    fn counted(&self, written: Poll<io::Result<usize>>) -> Poll<io::Result<usize>> {
-        self.activity.wrote(&written);
-        written
+        if let Protocol::Http1 = self.protocol {
+            return Pin::new(&mut self.io).poll_read(cx, buf);
+        }
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.io).poll_read(cx, buf);
+        if let Poll::Ready(Ok(())) = read {
+            self.came(&buf.filled()[before..]);
+        }
+        read
     }
 }
 
@@ -130,7 +217,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         let written = Pin::new(&mut self.io).poll_write(cx, buf);
-        self.counted(written)
+        if let Protocol::Http2(_) = self.protocol {
+            self.wrote_frames(&written, [buf]);
+        } else {
+            self.activity.wrote(&written);
+        }
+        written
     }
 
     fn poll_write_vectored(
@@ -139,7 +231,12 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let written = Pin::new(&mut self.io).poll_write_vectored(cx, bufs);
-        self.counted(written)
+        if let Protocol::Http2(_) = self.protocol {
+            self.wrote_frames(&written, bufs.iter().map(|buf| &**buf));
+        } else {
+            self.activity.wrote(&written);
+        }
+        written
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -221,6 +318,67 @@ impl IdleWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A frame of `kind` on `stream` with `payload`.
+    fn frame(kind: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let length = u32::try_from(payload.len()).unwrap().to_be_bytes();
+        let mut frame = vec![length[1], length[2], length[3], kind, 0];
+        frame.extend_from_slice(&stream.to_be_bytes());
+        frame.extend_from_slice(payload);
+        frame
+    }
+
+    /// A watched server side whose client has sent `first`, read whole.
+    async fn server_reading(
+        first: &[u8],
+    ) -> (
+        Activity,
+        Watched<tokio::io::DuplexStream>,
+        tokio::io::DuplexStream,
+    ) {
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let activity = Activity::default();
+        let mut watched = activity.watch(server);
+        client.write_all(first).await.unwrap();
+        let mut read = vec![0; first.len()];
+        watched.read_exact(&mut read).await.unwrap();
+        (activity, watched, client)
+    }
+
+    #[tokio::test]
+    async fn on_http1_every_write_counts() {
+        let (activity, mut watched, _client) =
+            server_reading(b"PRI / HTTP/1.1\r\nHost: a\r\n\r\n").await;
+        watched.write_all(&frame(6, 0, b"pingpong")).await.unwrap();
+        watched.write_all(b"HTTP/1.1 200 OK\r\n").await.unwrap();
+        assert_eq!(activity.snapshot().writes, 2);
+    }
+
+    #[tokio::test]
+    async fn on_http2_only_an_answers_frames_count() {
+        let mut first = PREFACE.to_vec();
+        first.extend(frame(4, 0, &[]));
+        let (activity, mut watched, _client) = server_reading(&first).await;
+        let control = [
+            frame(4, 0, &[0, 3, 0, 0, 0, 100]),
+            frame(8, 0, &[0, 0xf, 0, 1]),
+            frame(4, 0, &[]),
+            frame(6, 0, b"pingpong"),
+        ]
+        .concat();
+        watched.write_all(&control).await.unwrap();
+        let slices = [IoSlice::new(&control[..20]), IoSlice::new(&control[20..])];
+        let n = watched.write_vectored(&slices).await.unwrap();
+        watched.write_all(&control[n..]).await.unwrap();
+        assert_eq!(activity.snapshot().writes, 0);
+        // HEADERS, split over two writes (each carries some), then DATA.
+        let headers = frame(1, 1, b"\x88\x0f\x10\x02hi");
+        watched.write_all(&headers[..4]).await.unwrap();
+        watched.write_all(&headers[4..]).await.unwrap();
+        watched.write_all(&frame(0, 1, b"hi")).await.unwrap();
+        assert_eq!(activity.snapshot().writes, 3);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_connection_without_requests_is_found_at_the_first_period() {

@@ -1,0 +1,194 @@
+//! HTTP/2 connections under the header read timeout, over real TCP on
+//! loopback: a peer's PINGs (and the server's answers to them) are not
+//! requests, so they keep no connection open.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use suprnova::{HttpResponse, Request, Router};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// The header read timeout of every test here.
+const PERIOD: Duration = Duration::from_millis(300);
+
+/// The size of `GET /big`'s body.
+const BIG: usize = 8 << 20;
+
+/// A server on a free port with a [`PERIOD`] header read timeout, stopped
+/// with [`Server::stop`].
+struct Server {
+    addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    serving: tokio::task::JoinHandle<Result<(), suprnova::server::ServerError>>,
+}
+
+impl Server {
+    async fn start(router: Router) -> Self {
+        let server = suprnova::server::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .header_read_timeout(Some(PERIOD));
+        let addr = server.local_addr().unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let serving = tokio::spawn(server.serve_with_shutdown(router, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            addr,
+            stop,
+            serving,
+        }
+    }
+
+    /// Answers `GET /` with "hi" and `GET /big` with [`BIG`] bytes.
+    async fn hi() -> Self {
+        Self::start(
+            Router::new()
+                .get("/", |_req: Request| async { HttpResponse::text("hi") })
+                .get("/big", |_req: Request| async {
+                    HttpResponse::bytes(vec![b'x'; BIG])
+                }),
+        )
+        .await
+    }
+
+    /// Shuts the server down and asserts it returned within 5 s.
+    async fn stop(self) {
+        self.stop.send(()).unwrap();
+        let stopped_in = tokio::time::timeout(Duration::from_secs(5), self.serving).await;
+        assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+    }
+}
+
+/// An HTTP/2 client connection to `addr`, its task spawned; with a PING
+/// every 100 ms (a third of the period) when `pinging`.
+async fn connect(
+    addr: SocketAddr,
+    pinging: bool,
+) -> (
+    hyper::client::conn::http2::SendRequest<Full<Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut builder = hyper::client::conn::http2::Builder::new(TokioExecutor::new());
+    if pinging {
+        builder
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Duration::from_millis(100))
+            .keep_alive_while_idle(true);
+    }
+    let (sender, connection) = builder.handshake(TokioIo::new(stream)).await.unwrap();
+    (sender, tokio::spawn(connection))
+}
+
+fn get(addr: SocketAddr, path: &str) -> http::Request<Full<Bytes>> {
+    http::Request::get(format!("http://{addr}{path}"))
+        .body(Full::default())
+        .unwrap()
+}
+
+/// An HTTP/2 peer that makes a request and then only sends PINGs (the
+/// keep-alive any HTTP/2 client library offers) is closed as one that
+/// sends nothing is, between one and two periods after its last answer:
+/// the server's PING acknowledgements are not answers. The same client
+/// without PINGs is closed alike.
+#[tokio::test]
+async fn an_http2_peer_that_only_pings_is_closed_as_an_idle_one_is() {
+    let server = Server::hi().await;
+    for pinging in [false, true] {
+        let (mut sender, connection) = connect(server.addr, pinging).await;
+        let reply = sender.send_request(get(server.addr, "/")).await.unwrap();
+        assert_eq!(reply.status(), 200);
+        let answered = Instant::now();
+        let ended = tokio::time::timeout(Duration::from_secs(3), connection).await;
+        let after = answered.elapsed();
+        assert!(
+            ended.is_ok(),
+            "pinging: {pinging}; still open {after:?} after its answer, with a {PERIOD:?} timeout"
+        );
+        assert!(
+            after >= PERIOD && after < 2 * PERIOD + Duration::from_millis(700),
+            "pinging: {pinging}; closed {after:?} after the last answer, with a {PERIOD:?} timeout"
+        );
+    }
+    server.stop().await;
+}
+
+/// An HTTP/2 peer that asks for a large answer, reads none of it (so it
+/// makes no room in its flow-control window) but pings, does not hold the
+/// connection and the answer for ever: it is dropped.
+#[tokio::test]
+async fn an_http2_peer_that_reads_nothing_of_its_answer_but_pings_is_dropped() {
+    let server = Server::hi().await;
+    let (mut sender, connection) = connect(server.addr, true).await;
+    let response = sender.send_request(get(server.addr, "/big")).await.unwrap();
+    assert_eq!(response.status(), 200);
+    let asked = Instant::now();
+    let ended = tokio::time::timeout(Duration::from_secs(3), connection).await;
+    assert!(
+        ended.is_ok(),
+        "a peer that read none of its answer for {:?}, pinging, is still connected",
+        asked.elapsed()
+    );
+    drop(response);
+    server.stop().await;
+}
+
+/// A shutdown does not wait for an HTTP/2 peer that made a request, has
+/// nothing in flight, and keeps sending PINGs but never acknowledges the
+/// server's own PING (which a graceful HTTP/2 close waits for): the server
+/// returns and the peer is dropped within a period or two, not at the end
+/// of the shutdown's grace.
+#[tokio::test]
+async fn a_shutdown_does_not_wait_for_a_pinging_http2_peer() {
+    let server = Server::hi().await;
+    let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    // Preface and empty SETTINGS.
+    stream
+        .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    let mut buf = vec![0_u8; 65536];
+    assert!(stream.read(&mut buf).await.unwrap() > 0);
+    // SETTINGS ACK, then GET / (HPACK: :method GET, :scheme http, :path /,
+    // :authority a) with END_STREAM | END_HEADERS on stream 1.
+    stream
+        .write_all(b"\x00\x00\x00\x04\x01\x00\x00\x00\x00")
+        .await
+        .unwrap();
+    stream
+        .write_all(b"\x00\x00\x06\x01\x05\x00\x00\x00\x01\x82\x86\x84\x41\x01a")
+        .await
+        .unwrap();
+    let (mut reader, mut writer) = stream.into_split();
+    // Reads (and never acknowledges) whatever the server sends, until it
+    // closes.
+    let reading = tokio::spawn(async move { while let Ok(1..) = reader.read(&mut buf).await {} });
+    let pinging = tokio::spawn(async move {
+        while writer
+            .write_all(b"\x00\x00\x08\x06\x00\x00\x00\x00\x00pingpong")
+            .await
+            .is_ok()
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let asked = Instant::now();
+    server.stop().await;
+    let dropped = tokio::time::timeout(Duration::from_secs(1), reading).await;
+    pinging.abort();
+    assert!(
+        dropped.is_ok(),
+        "the peer is still connected {:?} after the shutdown",
+        asked.elapsed()
+    );
+    assert!(
+        asked.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        asked.elapsed()
+    );
+}
