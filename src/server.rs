@@ -79,12 +79,14 @@ pub enum ServerError {
 /// its other frames of its own, keep no connection open, and a client that
 /// makes no room in its flow-control window for its answer, with nothing
 /// else in flight, is closed as an idle one is (and dropped a period after
-/// the GOAWAY, its answer still waiting). An HTTP/1 request body that a
-/// handler reads is bounded the same way: no part of it for this long ends
-/// it with [`BodyTimeout`](crate::http::BodyTimeout), which a reader
-/// answers with 408. (An HTTP/2 body is not: when its client may send is
-/// the server's flow control's to say, and other streams may have filled
-/// the connection's window.)
+/// the GOAWAY, its answer still waiting). A request body that a handler
+/// reads is bounded the same way: no part of it for this long ends it with
+/// [`BodyTimeout`](crate::http::BodyTimeout), which a reader answers with
+/// 408. On HTTP/2, where the server's flow control says when a client may
+/// send and other streams may have filled the connection's window, that is
+/// a whole period with no `DATA` for any of the connection's streams while
+/// the client had room in the connection's window (one to two periods after
+/// the connection's last data).
 pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The longest [`Server::header_read_timeout`] kept; a longer one waits for
@@ -281,14 +283,20 @@ impl Server {
                         // Prepared and matched when hyper hands the request
                         // over (inside the connection's scope), so that the
                         // future holds the chain's future and nothing beside.
-                        // An HTTP/1 body is timed; an HTTP/2 one is not: the
-                        // server's flow-control windows, which other streams
-                        // may fill, decide when its client may send.
+                        // A body is timed; an HTTP/2 one by the whole
+                        // connection's data, since the server's flow-control
+                        // windows, which other streams may fill, decide when
+                        // its client may send.
                         let request = match period {
                             Some(period) if req.version() < http::Version::HTTP_2 => {
                                 prepare(req.map(|body| Timed::new(body, period)), Some(peer))
                             }
-                            _ => prepare(req, Some(peer)),
+                            Some(period) => {
+                                let connection = activity.clone();
+                                let timed = |body| Timed::on_http2(body, period, connection);
+                                prepare(req.map(timed), Some(peer))
+                            }
+                            None => prepare(req, Some(peer)),
                         };
                         let router = router.clone();
                         let answer =

@@ -1,6 +1,7 @@
 //! HTTP/2 connections under the header read timeout, over real TCP on
 //! loopback: a peer's PINGs (and the server's answers to them) are not
-//! requests, so they keep no connection open.
+//! requests, so they keep no connection open, and a request body that
+//! never comes is timed as an HTTP/1 one is.
 
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
@@ -191,4 +192,115 @@ async fn a_shutdown_does_not_wait_for_a_pinging_http2_peer() {
         "{:?}",
         asked.elapsed()
     );
+}
+
+/// A body that never comes over HTTP/2 (a POST's headers and no DATA, the
+/// server's windows open) gets 408 after a period, through
+/// `key_reads_body` as through a handler reading it, as over HTTP/1; a
+/// body sent slowly, a DATA frame within each period, is read whole.
+#[tokio::test]
+async fn an_http2_body_that_never_comes_gets_408_through_key_reads_body() {
+    use http_body_util::BodyExt;
+    use std::sync::Arc;
+    use suprnova::rate_limit::memory::InMemoryRateLimiter;
+    use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig};
+
+    type Paced = http_body_util::StreamBody<
+        futures_util::stream::BoxStream<
+            'static,
+            Result<http_body::Frame<Bytes>, std::convert::Infallible>,
+        >,
+    >;
+    /// `parts` of a body, each after 100 ms, or no part ever.
+    fn paced(parts: Option<&'static [&'static str]>) -> Paced {
+        use futures_util::StreamExt;
+        let Some(parts) = parts else {
+            return http_body_util::StreamBody::new(futures_util::stream::pending().boxed());
+        };
+        http_body_util::StreamBody::new(
+            futures_util::stream::iter(parts)
+                .then(|part| async move {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    Ok(http_body::Frame::data(Bytes::from_static(part.as_bytes())))
+                })
+                .boxed(),
+        )
+    }
+
+    let driver: Arc<dyn RateLimiterDriver> = Arc::new(InMemoryRateLimiter::new());
+    let router = Router::new()
+        .post("/login", |req: Request| async move {
+            let length = req.buffered_body().map_or(0, |body| body.len());
+            HttpResponse::text(format!("{length} bytes"))
+        })
+        .middleware(
+            RateLimitMiddleware::new(
+                driver,
+                SlidingWindowConfig::new(100, Duration::from_secs(60)),
+                |req| format!("len:{}", req.buffered_body().map_or(0, |b| b.len())),
+            )
+            .key_reads_body(4096),
+        )
+        .post("/echo", |mut req: Request| async move {
+            match req.bytes().await {
+                Ok(body) => HttpResponse::text(format!("{} bytes", body.len())),
+                Err(e) => e.to_response(),
+            }
+        });
+    let server = Server::start(router).await;
+    let addr = server.addr;
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, connection) = hyper::client::conn::http2::handshake::<_, _, Paced>(
+        TokioExecutor::new(),
+        TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let ask = |path: &'static str, parts: Option<&'static [&'static str]>| {
+        let mut sender = sender.clone();
+        async move {
+            let request = http::Request::post(format!("http://{addr}{path}"))
+                .header("content-length", "20")
+                .body(paced(parts))
+                .unwrap();
+            let started = Instant::now();
+            let answer = tokio::time::timeout(Duration::from_secs(3), async {
+                let response = sender.send_request(request).await?;
+                let status = response.status().as_u16();
+                let body = response.into_body().collect().await?.to_bytes();
+                Ok::<_, hyper::Error>((status, String::from_utf8_lossy(&body).into_owned()))
+            })
+            .await;
+            (answer, started.elapsed())
+        }
+    };
+
+    for path in ["/login", "/echo"] {
+        let (answer, waited) = ask(path, None).await;
+        let Ok(Ok((status, body))) = answer else {
+            panic!("{path}: no answer {waited:?} after a body that never came: {answer:?}");
+        };
+        assert_eq!(
+            (status, body.as_str()),
+            (408, "408 Request Timeout"),
+            "{path}"
+        );
+        assert!(
+            waited >= PERIOD && waited < 3 * PERIOD,
+            "{path}: answered after {waited:?}"
+        );
+    }
+
+    // 20 bytes, 2 every 100 ms: a second, over three periods.
+    const SLOW: &[&str] = &["01", "23", "45", "67", "89", "ab", "cd", "ef", "gh", "ij"];
+    for path in ["/login", "/echo"] {
+        let (answer, waited) = ask(path, Some(SLOW)).await;
+        let Ok(Ok((status, body))) = answer else {
+            panic!("{path}: no answer to a slow body: {answer:?}");
+        };
+        assert_eq!((status, body.as_str()), (200, "20 bytes"), "{path}");
+        assert!(waited > 3 * PERIOD, "{path}: read in {waited:?}");
+    }
+    server.stop().await;
 }

@@ -7,6 +7,13 @@
 //! connection, and the place a `connections_per_ip` cap gave it) for as
 //! long as the client stays connected: a slow-body attack, which nginx
 //! bounds the same way (`client_body_timeout`, the time between two reads).
+//!
+//! On HTTP/2 a stream's client may send only as much as the server's
+//! flow-control windows let it, and other streams may have filled the
+//! connection's window: a body there is timed out only after a whole period
+//! in which no data came for any stream while the client had room to send
+//! ([`ConnectionData`]), between one and two periods after the
+//! connection's last data.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -16,34 +23,101 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use tokio::runtime::Handle;
-use tokio::time::Sleep;
+use tokio::time::{Instant, Sleep};
 
+use super::idle::{Activity, Bodies};
 use crate::http::{BodyTimeout, BoxError};
 
 /// `body`, ended with [`BodyTimeout`] when no part of it arrives for
-/// `period` while it is read.
-pub(super) struct Timed<B> {
+/// `period` while it is read, and nothing else (`P`) puts the end off.
+pub(super) struct Timed<B, P = OwnParts> {
     body: B,
     period: Duration,
     /// Set when a read finds nothing arrived, reset when a part arrives:
     /// a body that is there when it is read never arms a timer.
     waiting: Option<Pin<Box<Sleep>>>,
+    /// What else puts the end off: on HTTP/2, the connection's data.
+    progress: P,
+}
+
+/// What, beside a body's own parts coming, puts off its timeout.
+pub(super) trait Progress {
+    /// Notes how things stand as the body starts to wait.
+    fn armed(&mut self);
+
+    /// Whether the body, having waited a whole period with none of it
+    /// coming, is to wait a period more; notes how things stand if so.
+    fn put_off(&mut self) -> bool;
+}
+
+/// An HTTP/1 body's: nothing but its own parts.
+pub(super) struct OwnParts;
+
+impl Progress for OwnParts {
+    fn armed(&mut self) {}
+
+    fn put_off(&mut self) -> bool {
+        false
+    }
+}
+
+/// An HTTP/2 body's: its connection's data, for any stream, and the room
+/// its client had to send it.
+pub(super) struct ConnectionData {
+    connection: Activity,
+    /// How the connection's bodies stood when the body's period began.
+    seen: Bodies,
+}
+
+impl Progress for ConnectionData {
+    fn armed(&mut self) {
+        self.seen = self.connection.bodies();
+    }
+
+    /// Put off when the connection's bodies moved in the period, or when
+    /// the client has no room to send: it waits for the server.
+    fn put_off(&mut self) -> bool {
+        let now = self.connection.bodies();
+        let moved = now != self.seen || !now.client_has_room();
+        self.seen = now;
+        moved
+    }
 }
 
 impl<B> Timed<B> {
+    /// An HTTP/1 body: no part of it for `period` ends it.
     pub(super) fn new(body: B, period: Duration) -> Self {
         Self {
             body,
             period,
             waiting: None,
+            progress: OwnParts,
         }
     }
 }
 
-impl<B> Body for Timed<B>
+impl<B> Timed<B, ConnectionData> {
+    /// An HTTP/2 body on the connection whose frames `connection` follows:
+    /// a whole `period` with no `DATA` on the connection, for any stream,
+    /// while its client had room in the connection's window, ends it.
+    pub(super) fn on_http2(body: B, period: Duration, connection: Activity) -> Self {
+        Self {
+            body,
+            period,
+            waiting: None,
+            progress: ConnectionData {
+                connection,
+                seen: Bodies::default(),
+            },
+        }
+    }
+}
+
+impl<B, P> Body for Timed<B, P>
 where
     B: Body<Data = Bytes> + Unpin,
     B::Error: Into<BoxError>,
+    P: Progress + Unpin,
 {
     type Data = Bytes;
     type Error = BoxError;
@@ -65,13 +139,17 @@ where
             }
             Poll::Pending => {
                 let period = this.period;
-                let waiting = this
-                    .waiting
-                    .get_or_insert_with(|| Box::pin(tokio::time::sleep(period)));
-                match waiting.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(BodyTimeout { period })))),
-                    Poll::Pending => Poll::Pending,
+                let waiting = this.waiting.get_or_insert_with(|| {
+                    this.progress.armed();
+                    Box::pin(tokio::time::sleep(period))
+                });
+                while waiting.as_mut().poll(cx).is_ready() {
+                    if !this.progress.put_off() {
+                        return Poll::Ready(Some(Err(Box::new(BodyTimeout { period }))));
+                    }
+                    waiting.as_mut().reset(Instant::now() + period);
                 }
+                Poll::Pending
             }
         }
     }
@@ -142,5 +220,64 @@ mod tests {
         let timeout = error.downcast::<BodyTimeout>().expect("a BodyTimeout");
         assert_eq!(timeout.period, Duration::from_secs(30));
         assert_eq!(started.elapsed(), Duration::from_secs(30));
+    }
+
+    /// A DATA frame of `length` bytes on stream 3.
+    fn data(length: usize) -> Vec<u8> {
+        let mut frame = u32::try_from(length).unwrap().to_be_bytes()[1..].to_vec();
+        frame.extend_from_slice(&[0, 0, 0, 0, 0, 3]);
+        frame.resize(9 + length, b'x');
+        frame
+    }
+
+    /// A WINDOW_UPDATE of `increment` on the connection.
+    fn window_update(increment: u32) -> Vec<u8> {
+        let mut frame = vec![0, 0, 4, 8, 0, 0, 0, 0, 0];
+        frame.extend_from_slice(&increment.to_be_bytes());
+        frame
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_http2_body_waits_while_the_connection_moves_or_has_no_room() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let period = Duration::from_secs(30);
+        let activity = Activity::default();
+        let (mut client, server) = tokio::io::duplex(1 << 20);
+        let mut server = activity.watch(server);
+        client
+            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+            .await
+            .unwrap();
+        server.read_exact(&mut [0; 24]).await.unwrap();
+        // Another stream's data every 20 s for 100 s, then the rest of the
+        // window (65,535 bytes in all) at 130 s, then room at 250 s.
+        let connection = tokio::spawn(async move {
+            for _ in 0..5 {
+                tokio::time::sleep(Duration::from_secs(20)).await;
+                client.write_all(&data(100)).await.unwrap();
+                server.read_exact(&mut [0; 109]).await.unwrap();
+            }
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            client.write_all(&data(65_035)).await.unwrap();
+            server.read_exact(&mut vec![0; 65_044]).await.unwrap();
+            tokio::time::sleep(Duration::from_secs(120)).await;
+            server.write_all(&window_update(1)).await.unwrap();
+            (client, server)
+        });
+        let started = tokio::time::Instant::now();
+        let never = StreamBody::new(futures_util::stream::pending::<
+            Result<Frame<Bytes>, BoxError>,
+        >());
+        let error = Timed::on_http2(never, period, activity)
+            .collect()
+            .await
+            .expect_err("the connection stopped");
+        assert!(error.is::<BodyTimeout>());
+        // Periods from 0: moved in each up to 120 s, and at 130 s; no room
+        // from 130 to 250 s; room made at 250 s, seen at 270 s; still at
+        // 300 s.
+        assert_eq!(started.elapsed(), Duration::from_secs(300));
+        connection.await.unwrap();
     }
 }

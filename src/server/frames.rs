@@ -1,19 +1,26 @@
-//! Following an HTTP/2 connection's frames across the writes that carry
-//! them, to tell which carried an answer.
+//! Following an HTTP/2 connection's frames across the reads and writes
+//! that carry them, to tell what moved: the frames of an answer, request
+//! body data, room the server made in the connection's flow-control window.
 //!
 //! Each direction of an HTTP/2 connection (after the client's preface) is a
 //! plain sequence of frames, each a 9-byte header (a 24-bit payload length,
 //! an 8-bit type, 8 bits of flags, a 31-bit stream id) and its payload (RFC
 //! 9113 section 4.1). A read or a write may end anywhere in a frame;
 //! [`Frames`] keeps the header it is in the middle of, and how much of the
-//! payload is still to come, between them. Payloads are skipped.
+//! payload is still to come, between them. Payloads are skipped, but for
+//! the increment of a `WINDOW_UPDATE` on the connection.
 
 /// What a client sends first on an HTTP/2 connection with prior knowledge
 /// (RFC 9113 section 3.4), before its frames.
 pub(super) const PREFACE: &[u8; 24] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 
+/// The window a connection opens with, in both directions (RFC 9113
+/// section 6.9.2); only `WINDOW_UPDATE` frames on stream 0 widen it.
+pub(super) const INITIAL_WINDOW: i64 = 65_535;
+
 const DATA: u8 = 0;
 const HEADERS: u8 = 1;
+const WINDOW_UPDATE: u8 = 8;
 const CONTINUATION: u8 = 9;
 
 /// One direction of a connection's frames, followed through the bytes fed
@@ -27,6 +34,11 @@ pub(super) struct Frames {
     have: u8,
     /// The bytes of the payload still to come.
     left: u32,
+    /// The increment of a `WINDOW_UPDATE` on the connection, as far as it
+    /// has come (the first four bytes of its payload).
+    increment: [u8; 4],
+    /// How many bytes of `increment` have come.
+    got: u8,
 }
 
 /// What the bytes fed to [`Frames::follow`] carried.
@@ -35,6 +47,15 @@ pub(super) struct Seen {
     /// A byte of an answer's frames: `HEADERS`, `CONTINUATION`, or a
     /// `DATA` frame with a payload.
     pub(super) answer: bool,
+    /// A byte of a `DATA` frame, its header or its payload.
+    pub(super) data: bool,
+    /// The payload lengths of the `DATA` frames whose headers came whole:
+    /// what they take from the connection's flow-control window, padding
+    /// included.
+    pub(super) data_length: u64,
+    /// The increments of the `WINDOW_UPDATE` frames on the connection
+    /// (stream 0) that came whole: what they add to its window.
+    pub(super) window_increment: u64,
 }
 
 impl Frames {
@@ -46,13 +67,21 @@ impl Frames {
         u32::from_be_bytes([0, self.head[0], self.head[1], self.head[2]])
     }
 
+    fn on_connection(&self) -> bool {
+        u32::from_be_bytes([self.head[5], self.head[6], self.head[7], self.head[8]]) & 0x7fff_ffff
+            == 0
+    }
+
     /// Notes in `seen` what a byte of the frame under way carries, once
     /// its type has come.
     fn note(&self, seen: &mut Seen) {
         if self.have > 3 {
             match self.kind() {
                 HEADERS | CONTINUATION => seen.answer = true,
-                DATA => seen.answer |= self.length() > 0,
+                DATA => {
+                    seen.data = true;
+                    seen.answer |= self.length() > 0;
+                }
                 _ => {}
             }
         }
@@ -72,6 +101,10 @@ impl Frames {
                 self.note(seen);
                 if self.have == 9 {
                     self.left = self.length();
+                    self.got = 0;
+                    if self.kind() == DATA {
+                        seen.data_length += u64::from(self.left);
+                    }
                     if self.left == 0 {
                         self.have = 0;
                     }
@@ -81,6 +114,16 @@ impl Frames {
             // At most `left`, a u32.
             let take = bytes.len().min(self.left as usize);
             self.note(seen);
+            if self.kind() == WINDOW_UPDATE && self.on_connection() && self.got < 4 {
+                let got = usize::from(self.got);
+                let more = (4 - got).min(take);
+                self.increment[got..got + more].copy_from_slice(&bytes[..more]);
+                self.got += more as u8;
+                if self.got == 4 {
+                    seen.window_increment +=
+                        u64::from(u32::from_be_bytes(self.increment) & 0x7fff_ffff);
+                }
+            }
             self.left -= take as u32;
             bytes = &bytes[take..];
             if self.left == 0 {
@@ -128,7 +171,13 @@ mod tests {
             frame(0, 1, &[]),           // an empty DATA, ending a stream
         ]
         .concat();
-        assert_eq!(seen(&control), Seen::default());
+        assert_eq!(
+            seen(&control),
+            Seen {
+                data: true,
+                ..Seen::default()
+            }
+        );
     }
 
     #[test]
@@ -146,6 +195,36 @@ mod tests {
         frames.follow(&data[..20], &mut Seen::default());
         let mut rest = Seen::default();
         frames.follow(&data[20..], &mut rest);
-        assert!(rest.answer);
+        assert!(rest.answer && rest.data);
+        assert_eq!(rest.data_length, 0, "counted with its header");
+    }
+
+    #[test]
+    fn data_lengths_and_connection_window_increments_add_up() {
+        let bytes = [
+            frame(0, 1, &[b'a'; 300]),
+            frame(8, 0, &[0, 1, 0, 0]),
+            frame(6, 0, b"pingpong"),
+            frame(0, 3, &[b'b'; 16_384]),
+            frame(8, 3, &[0, 0, 0, 9]),    // a stream's: not counted
+            frame(8, 0, &[0x80, 0, 0, 1]), // the reserved bit ignored
+            frame(0, 5, &[b'c'; 7]),
+        ]
+        .concat();
+        let seen = seen(&bytes);
+        assert_eq!(seen.data_length, 300 + 16_384 + 7);
+        assert_eq!(seen.window_increment, 65_536 + 1);
+        // Cut anywhere, the sum is the same.
+        for cut in [1, 9, 10, 309, 312, 320, 5000] {
+            let mut frames = Frames::default();
+            let mut parts = Seen::default();
+            frames.follow(&bytes[..cut], &mut parts);
+            frames.follow(&bytes[cut..], &mut parts);
+            assert_eq!(
+                (parts.data_length, parts.window_increment),
+                (seen.data_length, seen.window_increment),
+                "cut at {cut}"
+            );
+        }
     }
 }

@@ -14,6 +14,11 @@
 //! store to the connection's own counters. The connection's task looks at
 //! the counts once a period ([`IdleWatch::wait`]) rather than being woken
 //! by every request.
+//!
+//! On HTTP/2 the reads are followed too, for the request bodies' timer
+//! ([`Activity::bodies`]): whether a `DATA` frame came, on any stream, and
+//! whether the client has room left in the connection's flow-control
+//! window.
 
 use std::io::{self, IoSlice};
 use std::pin::Pin;
@@ -24,7 +29,7 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::frames::{Frames, PREFACE, Seen};
+use super::frames::{Frames, INITIAL_WINDOW, PREFACE, Seen};
 
 /// The requests one connection has begun and ended, and the writes that
 /// carried its answers out.
@@ -36,8 +41,34 @@ struct Counts {
     begun: AtomicU64,
     ended: AtomicU64,
     writes: AtomicU64,
+    /// On HTTP/2, what [`Activity::bodies`] reads. (One word and no clock,
+    /// so that the counts keep the size of allocation they had: a larger
+    /// one moved the HTTP bench's count by some 200 instructions a request,
+    /// through the allocator.)
+    bodies: AtomicU64,
     /// Whether the last write waited for room the client has not made.
     blocked: AtomicBool,
+}
+
+/// How an HTTP/2 connection's request bodies stand ([`Activity::bodies`]):
+/// two readings that are equal saw nothing move between them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Bodies(u64);
+
+impl Bodies {
+    /// `moves` moves, the client's room in the connection's window
+    /// `window`.
+    fn new(moves: u64, window: i64) -> Self {
+        Self(moves << 1 | u64::from(window <= 0))
+    }
+
+    /// Whether the client had room to send `DATA` in the connection's
+    /// window: when it has none, a body waits for the server, not its
+    /// client (other streams' data, which their handlers have not read,
+    /// fills the window).
+    pub(super) fn client_has_room(self) -> bool {
+        self.0 & 1 == 0
+    }
 }
 
 /// Counts the end of one request when dropped: when its answer is made, or
@@ -58,6 +89,14 @@ impl Activity {
             activity: self.clone(),
             protocol: Protocol::Sniffing(0),
         }
+    }
+
+    /// How the request bodies of this HTTP/2 connection stand: how often
+    /// they moved (a `DATA` frame came for any stream, or the server made
+    /// room in the connection's window), and whether the client has room to
+    /// send in the connection's window, as the frames each way tell it.
+    pub(super) fn bodies(&self) -> Bodies {
+        Bodies(self.0.bodies.load(Relaxed))
     }
 
     fn snapshot(&self) -> Snapshot {
@@ -143,16 +182,31 @@ enum Protocol {
     Http2(Box<Http2>),
 }
 
-/// The frames an HTTP/2 connection wrote, followed.
-#[derive(Default)]
+/// The frames an HTTP/2 connection read and wrote, followed.
 struct Http2 {
+    read: Frames,
     written: Frames,
+    /// The client's room in the connection's window: what it opened with,
+    /// and the server's `WINDOW_UPDATE`s on the connection, less the
+    /// `DATA` that came.
+    window: i64,
+    /// How often the request bodies moved.
+    moves: u64,
+}
+
+impl Http2 {
+    /// Counts a move of the request bodies, and publishes how they stand.
+    fn moved(&mut self, activity: &Activity) {
+        self.moves += 1;
+        let bodies = Bodies::new(self.moves, self.window);
+        activity.0.bodies.store(bodies.0, Relaxed);
+    }
 }
 
 impl<S> Watched<S> {
     /// Follows `bytes`, the next ones read from the client, until they tell
-    /// HTTP/1 from HTTP/2.
-    fn came(&mut self, bytes: &[u8]) {
+    /// HTTP/1 from HTTP/2, and then HTTP/2's frames.
+    fn came(&mut self, mut bytes: &[u8]) {
         if let Protocol::Sniffing(matched) = self.protocol {
             let matched = usize::from(matched);
             let take = (PREFACE.len() - matched).min(bytes.len());
@@ -162,13 +216,28 @@ impl<S> Watched<S> {
                 // Less than 24.
                 Protocol::Sniffing((matched + take) as u8)
             } else {
-                Protocol::Http2(Box::default())
+                Protocol::Http2(Box::new(Http2 {
+                    read: Frames::default(),
+                    written: Frames::default(),
+                    window: INITIAL_WINDOW,
+                    moves: 0,
+                }))
             };
+            bytes = &bytes[take..];
+        }
+        if let Protocol::Http2(frames) = &mut self.protocol {
+            let mut seen = Seen::default();
+            frames.read.follow(bytes, &mut seen);
+            if seen.data {
+                frames.window = frames.window.saturating_sub_unsigned(seen.data_length);
+                frames.moved(&self.activity);
+            }
         }
     }
 
     /// Counts a write of HTTP/2 frames that wrote the first `n` bytes of
-    /// `bufs`.
+    /// `bufs`. (Apart, as the followed reads are.)
+    #[inline(never)]
     fn wrote_frames<'a>(
         &mut self,
         written: &Poll<io::Result<usize>>,
@@ -189,6 +258,10 @@ impl<S> Watched<S> {
             }
         }
         self.activity.wrote_frames(written, seen.answer);
+        if seen.window_increment > 0 {
+            frames.window = frames.window.saturating_add_unsigned(seen.window_increment);
+            frames.moved(&self.activity);
+        }
     }
 }
 
@@ -201,6 +274,20 @@ impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
         if let Protocol::Http1 = self.protocol {
             return Pin::new(&mut self.io).poll_read(cx, buf);
         }
+        self.poll_read_followed(cx, buf)
+    }
+}
+
+impl<S: AsyncRead + Unpin> Watched<S> {
+    /// A read that is followed: the first ones of any connection, and
+    /// every one of HTTP/2's. Apart, so that HTTP/1's reads stay a test and
+    /// a call.
+    #[inline(never)]
+    fn poll_read_followed(
+        &mut self,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
         let read = Pin::new(&mut self.io).poll_read(cx, buf);
         if let Poll::Ready(Ok(())) = read {
@@ -378,6 +465,61 @@ mod tests {
         watched.write_all(&headers[4..]).await.unwrap();
         watched.write_all(&frame(0, 1, b"hi")).await.unwrap();
         assert_eq!(activity.snapshot().writes, 3);
+    }
+
+    #[tokio::test]
+    async fn an_http2_connections_bodies_move_with_its_data_and_window() {
+        let mut first = PREFACE.to_vec();
+        first.extend(frame(4, 0, &[]));
+        let (activity, mut watched, mut client) = server_reading(&first).await;
+        let start = activity.bodies();
+        assert!(start.client_has_room());
+        // HEADERS and a PING move nothing.
+        let request = [
+            frame(1, 1, b"\x83\x86\x84\x41\x01a"),
+            frame(6, 0, b"pingpong"),
+        ]
+        .concat();
+        client.write_all(&request).await.unwrap();
+        watched
+            .read_exact(&mut vec![0; request.len()])
+            .await
+            .unwrap();
+        assert_eq!(activity.bodies(), start);
+        // DATA for any stream moves them, a part of a frame too.
+        let data = frame(0, 3, &[b'x'; 65_000]);
+        client.write_all(&data[..100]).await.unwrap();
+        watched.read_exact(&mut [0; 100]).await.unwrap();
+        let after_header = activity.bodies();
+        assert_ne!(after_header, start);
+        client.write_all(&data[100..]).await.unwrap();
+        watched
+            .read_exact(&mut vec![0; data.len() - 100])
+            .await
+            .unwrap();
+        let after_payload = activity.bodies();
+        assert_ne!(after_payload, after_header);
+        assert!(after_payload.client_has_room());
+        // The rest of the window's 65,535 bytes: the client has no room.
+        let data = frame(0, 3, &[b'x'; 535]);
+        client.write_all(&data).await.unwrap();
+        watched.read_exact(&mut vec![0; data.len()]).await.unwrap();
+        let full = activity.bodies();
+        assert!(!full.client_has_room());
+        // The server's WINDOW_UPDATE on a stream gives no room on the
+        // connection; one on the connection does, and is a move.
+        watched
+            .write_all(&frame(8, 3, &[0, 0, 0, 9]))
+            .await
+            .unwrap();
+        assert_eq!(activity.bodies(), full);
+        watched
+            .write_all(&frame(8, 0, &[0, 0, 0, 1]))
+            .await
+            .unwrap();
+        let opened = activity.bodies();
+        assert_ne!(opened, full);
+        assert!(opened.client_has_room());
     }
 
     #[tokio::test(start_paused = true)]
