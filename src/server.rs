@@ -160,6 +160,10 @@ fn listen_on(addr: SocketAddr) -> io::Result<TcpListener> {
 /// network, a host powered off) holds its connection, and a
 /// [`ConnectionsPerIp`](crate::rate_limit::ConnectionsPerIp) place with
 /// it, for as long as the server runs, when the server has nothing to send.
+/// The kernel probes only a connection with nothing unacknowledged in
+/// flight: to a peer gone while the server was sending, it retransmits
+/// instead, until its retransmission timeout gives up (about 15 minutes
+/// with Linux's default `tcp_retries2`).
 pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(60);
 /// See [`KEEPALIVE_IDLE`].
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
