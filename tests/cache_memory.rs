@@ -414,3 +414,51 @@ async fn no_window_admits_more_than_its_limit_while_windows_end_under_a_burst() 
         );
     }
 }
+
+/// A wall clock stepped back an hour after a call removed expired entries:
+/// a key first hit after the step waits one window (limit 1 per 60 s), not
+/// until the clock is back where the removal was (3,660 s): a removal that
+/// far ahead of a call's reading is a step, not a call held before its
+/// lock.
+#[tokio::test]
+async fn a_clock_stepped_back_after_a_removal_ends_a_new_keys_window_after_one_window() {
+    use suprnova::clock::Clock;
+    use suprnova::limiter::CacheRateLimiter;
+    let clock = clock_at(12, 0, 0);
+    let store = Arc::new(MemoryStore::with_clock(clock.shared()));
+    let limiter = CacheRateLimiter::new(store, clock.shared());
+    assert!(
+        limiter
+            .increment_if_below("a", 60, 1, 1)
+            .await
+            .unwrap()
+            .counted
+    );
+    clock.advance(Duration::from_secs(61));
+    // Finds a's counter and timer expired, and removes them.
+    assert_eq!(limiter.attempts("a").await.unwrap(), 0);
+    clock.set(clock_at(11, 1, 1).now_utc());
+    assert!(
+        limiter
+            .increment_if_below("b", 60, 1, 1)
+            .await
+            .unwrap()
+            .counted
+    );
+    assert!(
+        !limiter
+            .increment_if_below("b", 60, 1, 1)
+            .await
+            .unwrap()
+            .counted
+    );
+    assert_eq!(limiter.available_in("b").await.unwrap(), 60);
+    clock.advance(Duration::from_secs(60));
+    assert!(
+        limiter
+            .increment_if_below("b", 60, 1, 1)
+            .await
+            .unwrap()
+            .counted
+    );
+}

@@ -206,8 +206,35 @@ impl MemoryStore {
     /// Removes every expired entry now.
     pub fn sweep(&self) {
         let now = self.clock.now();
-        self.expired_up_to.fetch_max(nanos(now), Ordering::Relaxed);
+        self.note_removal_at(now);
         self.entries.retain(|_, entry| entry.is_live(now));
+    }
+
+    /// When a call that read the clock at `now` acts, having taken a key's
+    /// lock: at the latest removal of expired entries when that is later,
+    /// as a call held between its reading and the lock must (see
+    /// [`MemoryStore::live`]), and at `now` when the removal is more than
+    /// [`HELD_AT_MOST`] later, which is the wall clock stepped back since,
+    /// not a call held.
+    fn acting_at(&self, now: Duration) -> Duration {
+        let removed_at = Duration::from_nanos(self.expired_up_to.load(Ordering::Relaxed));
+        if removed_at > now.saturating_add(HELD_AT_MOST) {
+            now
+        } else {
+            now.max(removed_at)
+        }
+    }
+
+    /// Notes that expired entries are removed at `now`: the latest such
+    /// time moves on, or, after the clock stepped back, starts again from
+    /// `now`.
+    fn note_removal_at(&self, now: Duration) {
+        let removed_at = self.expired_up_to.load(Ordering::Relaxed);
+        if Duration::from_nanos(removed_at) > now.saturating_add(HELD_AT_MOST) {
+            self.expired_up_to.store(nanos(now), Ordering::Relaxed);
+        } else {
+            self.expired_up_to.fetch_max(nanos(now), Ordering::Relaxed);
+        }
     }
 
     /// Runs `f` on the shard of `key` with the live entry (an expired one is
@@ -241,14 +268,15 @@ impl MemoryStore {
     /// and write entries that end before what the other wrote: a count
     /// made in an ended window that then outlived it. Each removal notes
     /// its time first, under the lock, so whoever takes the lock after it
-    /// acts no earlier.
+    /// acts no earlier. A removal more than [`HELD_AT_MOST`] later than
+    /// the call's reading is a clock stepped back, not a call held: the
+    /// call acts at its own time, so that a step back does not hold every
+    /// window open until the clock is back where it was.
     fn live<'k>(&self, key: &'k str, now: Duration) -> (Locked<'_, 'k, Entry>, Duration) {
         let mut locked = self.entries.lock(key);
-        let now = now.max(Duration::from_nanos(
-            self.expired_up_to.load(Ordering::Relaxed),
-        ));
+        let now = self.acting_at(now);
         if locked.get().is_some_and(|e| !e.is_live(now)) {
-            self.expired_up_to.fetch_max(nanos(now), Ordering::Relaxed);
+            self.note_removal_at(now);
             locked.remove();
         }
         (locked, now)
@@ -413,6 +441,11 @@ impl MemoryStore {
         Some(now.saturating_add(ttl.max(Duration::from_secs(1))))
     }
 }
+
+/// The longest a call is taken to have been held between its reading of
+/// the clock and a key's lock (its thread preempted): a removal of expired
+/// entries later than that after its reading is a clock stepped back.
+const HELD_AT_MOST: Duration = Duration::from_secs(1);
 
 /// `time` in nanoseconds, at most `u64::MAX` (the year 2554).
 fn nanos(time: Duration) -> u64 {
