@@ -281,7 +281,9 @@ impl Server {
                         if let Some(fault) = target_fault(req.method(), req.uri())
                             .or_else(|| host_fault(req.version(), req.headers()))
                         {
-                            let refused = HttpResponse::text(fault).status(400).into_http();
+                            let refused = HttpResponse::text(fault)
+                                .status(400)
+                                .into_http_answering(head);
                             return Either::Left(std::future::ready(Ok(refused)));
                         }
                         // Prepared and matched when hyper hands the request

@@ -237,6 +237,48 @@ async fn middleware_runs_in_the_order_it_was_added() {
     assert_eq!(r.header_str("x-order"), Some("second;first;"));
 }
 
+/// `wrap` puts a middleware outside what the routes have, as a Laravel
+/// group's runs before its routes'; a name a route has already runs once,
+/// where its first copy stands, as Laravel's `uniqueMiddleware` keeps the
+/// first: a group's copy, added outside, takes the route's copy's place.
+#[tokio::test]
+async fn a_wrapped_middleware_runs_first_and_a_name_given_twice_runs_once_where_first() {
+    let app = App::new();
+    app.scope(async {
+        register_middleware_alias_with_args("tag", |args: &[&str]| match args {
+            ["t"] => Ok(Tag("t;")),
+            _ => Err(format!("expected `t`, got {args:?}")),
+        });
+        let route = || {
+            Router::new()
+                .get("/", |_req: Request| async { HttpResponse::text("x") })
+                .middleware(Tag("signin;"))
+                .middleware_named("tag:t")
+        };
+        // Inside: the route's own copy stays where it is.
+        let inside = route().middleware_named("tag:t").middleware(Tag("in;"));
+        assert_eq!(
+            handle_request(&inside, get("/"))
+                .await
+                .header_str("x-order"),
+            Some("in;t;signin;")
+        );
+        // Outside: the group's copy runs first, once.
+        let outside = Router::new()
+            .merge(route())
+            .wrap_named("tag:t")
+            .wrap(Tag("group;"));
+        assert_eq!(
+            handle_request(&outside, get("/"))
+                .await
+                .header_str("x-order"),
+            Some("signin;t;group;")
+        );
+        assert_eq!(outside.routes()[0].middleware, vec!["tag:t"]);
+    })
+    .await;
+}
+
 #[tokio::test]
 async fn routes_after_a_middleware_are_not_wrapped() {
     let router = Router::new()
@@ -408,6 +450,21 @@ async fn head_and_empty_answers_are_well_formed_over_http1_and_http2() {
     for reply in [server.send(head()).await, server.send_h2(head()).await] {
         assert_eq!(reply.status, 200);
         assert_eq!(reply.header("content-length"), Some("2"));
+        assert_eq!(reply.body, "");
+    }
+    // Refused before routing (a Host that is no host), a HEAD gets its 400
+    // without content too.
+    let bad_host = || {
+        http::Request::head(server.url("/hi"))
+            .header("host", "a/b")
+            .body(Full::default())
+            .unwrap()
+    };
+    for reply in [
+        server.send(bad_host()).await,
+        server.send_h2(bad_host()).await,
+    ] {
+        assert_eq!(reply.status, 400);
         assert_eq!(reply.body, "");
     }
     for reply in [
