@@ -63,7 +63,9 @@ struct Route {
     method: Method,
     path: PathPattern,
     chain: Arc<RouteChain>,
-    labels: Vec<String>,
+    /// The name each middleware of the chain was added by, in the chain's
+    /// order (`None` for one added as a value).
+    names: Vec<Option<String>>,
 }
 
 /// A connection's own handle on the router it is served: every request of
@@ -175,7 +177,7 @@ impl Router {
                 stack: Vec::new(),
                 handler: Arc::new(handler),
             }),
-            labels: Vec::new(),
+            names: Vec::new(),
         });
         self
     }
@@ -274,7 +276,10 @@ impl Router {
     }
 
     /// [`Router::middleware_named`] outside the middleware the routes
-    /// already have, as [`Router::wrap`] adds it.
+    /// already have, as [`Router::wrap`] adds it. A route that has the same
+    /// name with the same arguments already runs it once, from here (first),
+    /// as Laravel runs a name a group and its route both give where the
+    /// group's stands.
     pub fn wrap_named(self, spec: &str) -> Self {
         self.add_named(spec, Place::Outside)
     }
@@ -332,20 +337,33 @@ impl Router {
         place: Place,
     ) -> Self {
         for route in &mut self.routes {
-            if let Some(label) = label
-                && route.labels.iter().any(|named| named == label)
-            {
+            // A name the route has runs once, where its first copy stands
+            // (Laravel's `uniqueMiddleware` keeps the first): one added
+            // inside comes after the copy and is left out, one added
+            // outside comes first and takes the copy's place.
+            let copy = label.and_then(|label| {
+                route
+                    .names
+                    .iter()
+                    .position(|name| name.as_deref() == Some(label))
+            });
+            if copy.is_some() && matches!(place, Place::Inside) {
                 continue;
             }
             let stack = &mut Arc::make_mut(&mut route.chain).stack;
-            match place {
-                Place::Inside => stack.push(middleware.clone()),
-                Place::Outside => stack.insert(0, middleware.clone()),
+            if let Some(at) = copy {
+                stack.remove(at);
+                route.names.remove(at);
             }
-            if let Some(label) = label {
-                match place {
-                    Place::Inside => route.labels.push(label.to_owned()),
-                    Place::Outside => route.labels.insert(0, label.to_owned()),
+            let name = label.map(str::to_owned);
+            match place {
+                Place::Inside => {
+                    stack.push(middleware.clone());
+                    route.names.push(name);
+                }
+                Place::Outside => {
+                    stack.insert(0, middleware.clone());
+                    route.names.insert(0, name);
                 }
             }
         }
@@ -392,7 +410,7 @@ impl Router {
             .map(|r| RouteInfo {
                 method: r.method.clone(),
                 path: r.path.as_str().to_owned(),
-                middleware: r.labels.clone(),
+                middleware: r.names.iter().flatten().cloned().collect(),
             })
             .collect()
     }
