@@ -145,6 +145,21 @@ async fn close(mut client: Client) {
 
 /// Waits (bounded) until the cap counts `want` for `addr`: the session's
 /// task drops its holds just after the close handshake the client saw.
+/// What is left of an answer on `stream` once its head was read: the body,
+/// up to the end of the connection, within 5 s.
+async fn rest_of_answer(stream: &mut tokio::net::TcpStream) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut body = String::new();
+    support::within(
+        "the body",
+        Duration::from_secs(5),
+        stream.read_to_string(&mut body),
+    )
+    .await
+    .unwrap();
+    body
+}
+
 async fn wait_open(cap: &ConnectionsPerIp, addr: &str, want: usize) {
     let addr: IpAddr = addr.parse().unwrap();
     let start = Instant::now();
@@ -516,8 +531,6 @@ impl Middleware for Slow {
 /// returns with its place given back.
 #[tokio::test]
 async fn a_handshake_that_reaches_the_route_during_a_shutdown_is_refused_with_503() {
-    use tokio::io::AsyncReadExt;
-
     let cap = RateLimitMiddleware::connections_per_ip(5);
     let server = TestServer::start(
         ws!("/ws", Echo)
@@ -538,14 +551,7 @@ async fn a_handshake_that_reaches_the_route_during_a_shutdown_is_refused_with_50
         "the server returned with a session still holding its place; the handshake got {head}"
     );
     assert!(head.starts_with("HTTP/1.1 503"), "{head}");
-    let mut body = String::new();
-    support::within(
-        "the body",
-        Duration::from_secs(5),
-        stream.read_to_string(&mut body),
-    )
-    .await
-    .unwrap();
+    let body = rest_of_answer(&mut stream).await;
     assert_eq!(
         body,
         "503 Service Unavailable: the server is shutting down; open the WebSocket again later"
@@ -924,18 +930,10 @@ async fn a_frame_that_breaks_the_protocol_closes_the_socket_with_1002() {
 
 #[tokio::test]
 async fn an_http_1_0_handshake_is_refused_with_400() {
-    use tokio::io::AsyncReadExt;
     let server = TestServer::start(ws!("/ws", Echo)).await;
     let (mut stream, head) = raw_handshake(server.addr(), "HTTP/1.0").await;
     assert!(head.starts_with("HTTP/1.0 400 Bad Request\r\n"), "{head}");
-    let mut body = String::new();
-    support::within(
-        "the body",
-        Duration::from_secs(5),
-        stream.read_to_string(&mut body),
-    )
-    .await
-    .unwrap();
+    let body = rest_of_answer(&mut stream).await;
     assert_eq!(
         body,
         "400 Bad Request: a WebSocket handshake needs HTTP/1.1 or later"

@@ -134,11 +134,11 @@ impl Frames {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     /// A frame of `kind` on `stream` with `payload`.
-    fn frame(kind: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+    pub(in crate::server) fn frame(kind: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
         let length = u32::try_from(payload.len()).unwrap().to_be_bytes();
         let mut frame = vec![length[1], length[2], length[3], kind, 0];
         frame.extend_from_slice(&stream.to_be_bytes());

@@ -405,16 +405,8 @@ impl IdleWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::frames::tests::frame;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-    /// A frame of `kind` on `stream` with `payload`.
-    fn frame(kind: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
-        let length = u32::try_from(payload.len()).unwrap().to_be_bytes();
-        let mut frame = vec![length[1], length[2], length[3], kind, 0];
-        frame.extend_from_slice(&stream.to_be_bytes());
-        frame.extend_from_slice(payload);
-        frame
-    }
 
     /// A watched server side whose client has sent `first`, read whole.
     async fn server_reading(
