@@ -216,12 +216,17 @@ impl MemoryStore {
     /// [`MemoryStore::live`]), and at `now` when the removal is more than
     /// [`HELD_AT_MOST`] later, which is the wall clock stepped back since,
     /// not a call held.
+    ///
+    /// Compared in nanoseconds: a call that comes after no removal (the
+    /// usual case) pays one load, one conversion and one comparison.
+    #[inline]
     fn acting_at(&self, now: Duration) -> Duration {
-        let removed_at = Duration::from_nanos(self.expired_up_to.load(Ordering::Relaxed));
-        if removed_at > now.saturating_add(HELD_AT_MOST) {
+        let removed_at = self.expired_up_to.load(Ordering::Relaxed);
+        let read = nanos(now);
+        if removed_at <= read || removed_at - read > HELD_AT_MOST_NANOS {
             now
         } else {
-            now.max(removed_at)
+            Duration::from_nanos(removed_at)
         }
     }
 
@@ -229,11 +234,12 @@ impl MemoryStore {
     /// time moves on, or, after the clock stepped back, starts again from
     /// `now`.
     fn note_removal_at(&self, now: Duration) {
+        let now = nanos(now);
         let removed_at = self.expired_up_to.load(Ordering::Relaxed);
-        if Duration::from_nanos(removed_at) > now.saturating_add(HELD_AT_MOST) {
-            self.expired_up_to.store(nanos(now), Ordering::Relaxed);
+        if removed_at.saturating_sub(now) > HELD_AT_MOST_NANOS {
+            self.expired_up_to.store(now, Ordering::Relaxed);
         } else {
-            self.expired_up_to.fetch_max(nanos(now), Ordering::Relaxed);
+            self.expired_up_to.fetch_max(now, Ordering::Relaxed);
         }
     }
 
@@ -447,7 +453,11 @@ impl MemoryStore {
 /// entries later than that after its reading is a clock stepped back.
 const HELD_AT_MOST: Duration = Duration::from_secs(1);
 
+/// [`HELD_AT_MOST`] in nanoseconds.
+const HELD_AT_MOST_NANOS: u64 = HELD_AT_MOST.as_nanos() as u64;
+
 /// `time` in nanoseconds, at most `u64::MAX` (the year 2554).
+#[inline]
 fn nanos(time: Duration) -> u64 {
     u64::try_from(time.as_nanos()).unwrap_or(u64::MAX)
 }

@@ -12,6 +12,10 @@ use http::{HeaderMap, Method, Uri, Version};
 /// 3.2.4); served, `GET *` reached a route such as `/{name}`.
 pub(crate) fn target_fault(method: &Method, uri: &Uri) -> Option<&'static str> {
     let path = uri.path();
+    if path.starts_with('/') {
+        // Origin form, or an absolute URI (whose empty path reads `/`).
+        return None;
+    }
     let fault = (path.is_empty() && method != Method::CONNECT)
         || (path == "*" && method != Method::OPTIONS);
     fault.then_some("the request target must be a path (or an absolute URI)\n")

@@ -171,25 +171,7 @@ impl HttpResponse {
     /// a head that disagrees with the body, and the client would read the
     /// rest of the body as the next response.
     pub fn into_http(self) -> http::Response<Full<Bytes>> {
-        let mut headers = *self.headers;
-        headers.remove(TRANSFER_ENCODING);
-        if !self.body.is_empty()
-            && headers
-                .get(CONTENT_LENGTH)
-                .is_some_and(|length| length.as_bytes() != self.body.len().to_string().as_bytes())
-        {
-            tracing::warn!(
-                length = ?headers.get(CONTENT_LENGTH),
-                body = self.body.len(),
-                "a Content-Length that is not the body's length left out"
-            );
-            headers.remove(CONTENT_LENGTH);
-        }
-        let mut response = http::Response::new(Full::new(self.body));
-        *response.status_mut() = self.status;
-        *response.headers_mut() = headers;
-        *response.extensions_mut() = self.extensions;
-        response
+        self.into_wire(Answering::Unknown)
     }
 
     /// [`HttpResponse::into_http`] for the answer to a request, `head` when
@@ -202,24 +184,64 @@ impl HttpResponse {
     /// content but a `304` keeps no `Content-Length` other than `0`: over
     /// HTTP/2 a length that no content follows is a malformed answer (RFC
     /// 9113, section 8.1.1), and over HTTP/1 hyper writes `0` anyway.
-    pub(crate) fn into_http_answering(mut self, head: bool) -> http::Response<Full<Bytes>> {
-        if head {
-            if !self.body.is_empty() {
-                let length = HeaderValue::from(self.body.len());
-                self.headers.insert(CONTENT_LENGTH, length);
-                self.body = Bytes::new();
-            }
-        } else if self.body.is_empty()
-            && self.status != StatusCode::NOT_MODIFIED
-            && self
-                .headers
-                .get(CONTENT_LENGTH)
-                .is_some_and(|length| length.as_bytes() != b"0")
-        {
-            self.headers.remove(CONTENT_LENGTH);
-        }
-        self.into_http()
+    pub(crate) fn into_http_answering(self, head: bool) -> http::Response<Full<Bytes>> {
+        self.into_wire(if head {
+            Answering::Head
+        } else {
+            Answering::Other
+        })
     }
+
+    /// The answer as it goes out to a request `answering` says of (what
+    /// [`HttpResponse::into_http`] and [`HttpResponse::into_http_answering`]
+    /// say), in one pass over the headers.
+    #[inline]
+    fn into_wire(self, answering: Answering) -> http::Response<Full<Bytes>> {
+        let head = answering == Answering::Head;
+        let mut headers = *self.headers;
+        let mut body = self.body;
+        headers.remove(TRANSFER_ENCODING);
+        let length = headers.get(CONTENT_LENGTH);
+        if body.is_empty() {
+            // A HEAD's answer (or one to a request not known) keeps its
+            // length; any other keeps none but 0, a 304's excepted.
+            if answering == Answering::Other
+                && self.status != StatusCode::NOT_MODIFIED
+                && length.is_some_and(|length| length.as_bytes() != b"0")
+            {
+                headers.remove(CONTENT_LENGTH);
+            }
+        } else {
+            if length.is_some_and(|length| length.as_bytes() != body.len().to_string().as_bytes()) {
+                tracing::warn!(
+                    length = ?headers.get(CONTENT_LENGTH),
+                    body = body.len(),
+                    "a Content-Length that is not the body's length left out"
+                );
+                headers.remove(CONTENT_LENGTH);
+            }
+            if head {
+                headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+                body = Bytes::new();
+            }
+        }
+        let mut response = http::Response::new(Full::new(body));
+        *response.status_mut() = self.status;
+        *response.headers_mut() = headers;
+        *response.extensions_mut() = self.extensions;
+        response
+    }
+}
+
+/// The request an answer goes out to, as far as its content is concerned.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Answering {
+    /// Not known ([`HttpResponse::into_http`]).
+    Unknown,
+    /// A `HEAD` request.
+    Head,
+    /// Any other request.
+    Other,
 }
 
 /// Values a handler may return.
