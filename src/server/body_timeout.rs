@@ -166,6 +166,8 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::server::frames::PREFACE;
+    use crate::server::frames::tests::frame;
     use http_body_util::{BodyExt, StreamBody};
 
     /// A body of `parts`, each sent after waiting its delay.
@@ -224,17 +226,12 @@ mod tests {
 
     /// A DATA frame of `length` bytes on stream 3.
     fn data(length: usize) -> Vec<u8> {
-        let mut frame = u32::try_from(length).unwrap().to_be_bytes()[1..].to_vec();
-        frame.extend_from_slice(&[0, 0, 0, 0, 0, 3]);
-        frame.resize(9 + length, b'x');
-        frame
+        frame(0, 3, &vec![b'x'; length])
     }
 
     /// A WINDOW_UPDATE of `increment` on the connection.
     fn window_update(increment: u32) -> Vec<u8> {
-        let mut frame = vec![0, 0, 4, 8, 0, 0, 0, 0, 0];
-        frame.extend_from_slice(&increment.to_be_bytes());
-        frame
+        frame(8, 0, &increment.to_be_bytes())
     }
 
     #[tokio::test(start_paused = true)]
@@ -245,10 +242,7 @@ mod tests {
         let activity = Activity::default();
         let (mut client, server) = tokio::io::duplex(1 << 20);
         let mut server = activity.watch(server);
-        client
-            .write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
-            .await
-            .unwrap();
+        client.write_all(PREFACE).await.unwrap();
         server.read_exact(&mut [0; 24]).await.unwrap();
         // Another stream's data every 20 s for 100 s, then the rest of the
         // window (65,535 bytes in all) at 130 s, then room at 250 s.
