@@ -427,38 +427,25 @@ async fn a_clock_stepped_back_after_a_removal_ends_a_new_keys_window_after_one_w
     let clock = clock_at(12, 0, 0);
     let store = Arc::new(MemoryStore::with_clock(clock.shared()));
     let limiter = CacheRateLimiter::new(store, clock.shared());
-    assert!(
-        limiter
-            .increment_if_below("a", 60, 1, 1)
-            .await
-            .unwrap()
-            .counted
-    );
+    // One a minute on `key`: whether this call counted.
+    let counted = |key: &'static str| {
+        let limiter = &limiter;
+        async move {
+            limiter
+                .increment_if_below(key, 60, 1, 1)
+                .await
+                .unwrap()
+                .counted
+        }
+    };
+    assert!(counted("a").await);
     clock.advance(Duration::from_secs(61));
     // Finds a's counter and timer expired, and removes them.
     assert_eq!(limiter.attempts("a").await.unwrap(), 0);
     clock.set(clock_at(11, 1, 1).now_utc());
-    assert!(
-        limiter
-            .increment_if_below("b", 60, 1, 1)
-            .await
-            .unwrap()
-            .counted
-    );
-    assert!(
-        !limiter
-            .increment_if_below("b", 60, 1, 1)
-            .await
-            .unwrap()
-            .counted
-    );
+    assert!(counted("b").await);
+    assert!(!counted("b").await);
     assert_eq!(limiter.available_in("b").await.unwrap(), 60);
     clock.advance(Duration::from_secs(60));
-    assert!(
-        limiter
-            .increment_if_below("b", 60, 1, 1)
-            .await
-            .unwrap()
-            .counted
-    );
+    assert!(counted("b").await);
 }

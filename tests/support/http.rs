@@ -208,3 +208,18 @@ async fn send_from(local: Option<IpAddr>, request: Request<Full<Bytes>>) -> Repl
 
 /// How long one request to a test server may take, its body included.
 pub const REPLY_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Asserts that a connection left idle after its last answer was closed
+/// `after` that answer, between one and two periods of the server's header
+/// read timeout (`period`): the server looks at each connection once a
+/// period. 700 ms of leeway stand for a busy machine. `what` names the case.
+pub fn assert_closed_one_to_two_periods_after(
+    after: std::time::Duration,
+    period: std::time::Duration,
+    what: &str,
+) {
+    assert!(
+        after >= period && after < 2 * period + std::time::Duration::from_millis(700),
+        "{what}: closed {after:?} after the last answer, with a {period:?} timeout"
+    );
+}
