@@ -5,6 +5,8 @@
 
 mod support;
 
+use support::http::TimedServer;
+
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
@@ -16,55 +18,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 /// The header read timeout of every test here.
 const PERIOD: Duration = Duration::from_millis(300);
-
-/// The size of `GET /big`'s body.
-const BIG: usize = 8 << 20;
-
-/// A server on a free port with a [`PERIOD`] header read timeout, stopped
-/// with [`Server::stop`].
-struct Server {
-    addr: SocketAddr,
-    stop: tokio::sync::oneshot::Sender<()>,
-    serving: tokio::task::JoinHandle<Result<(), suprnova::server::ServerError>>,
-}
-
-impl Server {
-    async fn start(router: Router) -> Self {
-        let server = suprnova::server::bind("127.0.0.1:0")
-            .await
-            .unwrap()
-            .header_read_timeout(Some(PERIOD));
-        let addr = server.local_addr().unwrap();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(server.serve_with_shutdown(router, async {
-            let _ = stopped.await;
-        }));
-        Self {
-            addr,
-            stop,
-            serving,
-        }
-    }
-
-    /// Answers `GET /` with "hi" and `GET /big` with [`BIG`] bytes.
-    async fn hi() -> Self {
-        Self::start(
-            Router::new()
-                .get("/", |_req: Request| async { HttpResponse::text("hi") })
-                .get("/big", |_req: Request| async {
-                    HttpResponse::bytes(vec![b'x'; BIG])
-                }),
-        )
-        .await
-    }
-
-    /// Shuts the server down and asserts it returned within 5 s.
-    async fn stop(self) {
-        self.stop.send(()).unwrap();
-        let stopped_in = tokio::time::timeout(Duration::from_secs(5), self.serving).await;
-        assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
-    }
-}
 
 /// An HTTP/2 client connection to `addr`, its task spawned; with a PING
 /// every 100 ms (a third of the period) when `pinging`.
@@ -100,7 +53,7 @@ fn get(addr: SocketAddr, path: &str) -> http::Request<Full<Bytes>> {
 /// without PINGs is closed alike.
 #[tokio::test]
 async fn an_http2_peer_that_only_pings_is_closed_as_an_idle_one_is() {
-    let server = Server::hi().await;
+    let server = TimedServer::hi(PERIOD).await;
     for pinging in [false, true] {
         let (mut sender, connection) = connect(server.addr, pinging).await;
         let reply = sender.send_request(get(server.addr, "/")).await.unwrap();
@@ -126,7 +79,7 @@ async fn an_http2_peer_that_only_pings_is_closed_as_an_idle_one_is() {
 /// connection and the answer for ever: it is dropped.
 #[tokio::test]
 async fn an_http2_peer_that_reads_nothing_of_its_answer_but_pings_is_dropped() {
-    let server = Server::hi().await;
+    let server = TimedServer::hi(PERIOD).await;
     let (mut sender, connection) = connect(server.addr, true).await;
     let response = sender.send_request(get(server.addr, "/big")).await.unwrap();
     assert_eq!(response.status(), 200);
@@ -148,7 +101,7 @@ async fn an_http2_peer_that_reads_nothing_of_its_answer_but_pings_is_dropped() {
 /// of the shutdown's grace.
 #[tokio::test]
 async fn a_shutdown_does_not_wait_for_a_pinging_http2_peer() {
-    let server = Server::hi().await;
+    let server = TimedServer::hi(PERIOD).await;
     let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     // Preface and empty SETTINGS.
     stream
@@ -250,7 +203,7 @@ async fn an_http2_body_that_never_comes_gets_408_through_key_reads_body() {
                 Err(e) => e.to_response(),
             }
         });
-    let server = Server::start(router).await;
+    let server = TimedServer::start(router, PERIOD).await;
     let addr = server.addr;
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (sender, connection) = hyper::client::conn::http2::handshake::<_, _, Paced>(

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use bytes::Bytes;
 use http_body_util::Full;
-use support::http::TestServer;
+use support::http::{BIG, TestServer, TimedServer};
 use suprnova::container::App;
 use suprnova::middleware::{register_middleware_alias, register_middleware_alias_with_args};
 use suprnova::server::{handle_request, handle_request_with_peer};
@@ -537,7 +537,7 @@ async fn a_connection_without_a_first_request_is_closed_after_the_header_read_ti
         }
     }
 
-    let server = HiServer::start(Duration::from_millis(300)).await;
+    let server = TimedServer::hi(Duration::from_millis(300)).await;
     let addr = server.addr;
     let wait = Duration::from_secs(5);
     let closed = tokio::join!(
@@ -572,7 +572,7 @@ async fn a_zero_header_read_timeout_is_no_timeout() {
     use std::time::Duration;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let server = HiServer::start(Duration::ZERO).await;
+    let server = TimedServer::hi(Duration::ZERO).await;
     let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     tokio::time::sleep(Duration::from_millis(50)).await;
     stream
@@ -766,7 +766,7 @@ async fn an_idle_http2_connection_is_closed_and_a_busy_one_is_kept() {
     use std::time::{Duration, Instant};
 
     let period = Duration::from_millis(300);
-    let server = HiServer::start(period).await;
+    let server = TimedServer::hi(period).await;
     let addr = server.addr;
     let open = || async {
         let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -813,7 +813,7 @@ async fn a_shutdown_drops_a_silent_http2_peer_within_a_period() {
     use std::time::{Duration, Instant};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let server = HiServer::start(Duration::from_millis(300)).await;
+    let server = TimedServer::hi(Duration::from_millis(300)).await;
     let addr = server.addr;
     let mut silent = tokio::net::TcpStream::connect(addr).await.unwrap();
     silent
@@ -847,7 +847,7 @@ async fn a_large_answer_read_slowly_arrives_whole_over_http1_and_http2() {
     use std::time::{Duration, Instant};
 
     let period = Duration::from_millis(300);
-    let server = HiServer::start(period).await;
+    let server = TimedServer::hi(period).await;
     let addr = server.addr;
 
     // HTTP/1: 64 KiB at most a read, every 15 ms.
@@ -902,7 +902,7 @@ async fn a_large_answer_read_slowly_arrives_whole_over_http1_and_http2() {
 async fn a_client_that_stops_reading_its_answer_is_dropped() {
     use std::time::Duration;
 
-    let server = HiServer::start(Duration::from_millis(300)).await;
+    let server = TimedServer::hi(Duration::from_millis(300)).await;
     let mut stream = slow_reader(server.addr).await;
     // Reads nothing for ten periods, then all there is.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -928,7 +928,7 @@ async fn a_client_that_stops_reading_its_answer_is_dropped() {
 async fn a_header_read_timeout_past_the_clocks_end_waits_for_ever() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-    let server = HiServer::start(std::time::Duration::MAX).await;
+    let server = TimedServer::hi(std::time::Duration::MAX).await;
     let mut stream = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     stream
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
@@ -961,15 +961,8 @@ async fn a_body_that_stops_coming_gets_408_and_one_that_keeps_coming_is_read() {
             }
         })
         .middleware(cap.clone());
-    let server = suprnova::server::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .header_read_timeout(Some(period));
-    let addr = server.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
-        let _ = stopped.await;
-    }));
+    let server = TimedServer::start(router, period).await;
+    let addr = server.addr;
     let head = b"POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\nConnection: close\r\n\r\n";
 
     // Stops after 4 of 10 bytes.
@@ -1005,9 +998,7 @@ async fn a_body_that_stops_coming_gets_408_and_one_that_keeps_coming_is_read() {
     assert!(reply.starts_with("HTTP/1.1 200 OK\r\n"), "{reply:?}");
     assert!(reply.ends_with("\r\n\r\n10 bytes"), "{reply:?}");
 
-    stop.send(()).unwrap();
-    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
-    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+    server.stop().await;
 }
 
 /// An HTTP/2 body whose client cannot send because another stream filled
@@ -1033,15 +1024,8 @@ async fn an_http2_body_held_back_by_the_servers_window_is_not_timed_out() {
             read(req).await
         })
         .post("/echo", read);
-    let server = suprnova::server::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .header_read_timeout(Some(Duration::from_millis(300)));
-    let addr = server.local_addr().unwrap();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let serving = tokio::spawn(server.serve_with_shutdown(router, async {
-        let _ = stopped.await;
-    }));
+    let server = TimedServer::start(router, Duration::from_millis(300)).await;
+    let addr = server.addr;
     let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let (sender, connection) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
@@ -1065,13 +1049,8 @@ async fn an_http2_body_held_back_by_the_servers_window_is_not_timed_out() {
     let small = ask(sender.clone(), "/echo", b"0123456789".to_vec()).await;
     assert_eq!(small, (200, "10 bytes".to_owned()));
     assert_eq!(large.await.unwrap(), (200, format!("{} bytes", 3 << 19)));
-    stop.send(()).unwrap();
-    let stopped_in = tokio::time::timeout(Duration::from_secs(5), serving).await;
-    assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+    server.stop().await;
 }
-
-/// The size of `GET /big`'s body.
-const BIG: usize = 8 << 20;
 
 /// A connection to `addr` with a small receive buffer, that has asked for
 /// `GET /big` over HTTP/1.1 and is to be closed after the answer.
@@ -1086,45 +1065,4 @@ async fn slow_reader(addr: std::net::SocketAddr) -> tokio::net::TcpStream {
     .await
     .unwrap();
     stream
-}
-
-/// The server on a free port with the header read timeout `period`,
-/// answering `GET /` with "hi" and `GET /big` with [`BIG`] bytes, stopped
-/// with [`HiServer::stop`].
-struct HiServer {
-    addr: std::net::SocketAddr,
-    stop: tokio::sync::oneshot::Sender<()>,
-    serving: tokio::task::JoinHandle<Result<(), suprnova::server::ServerError>>,
-}
-
-impl HiServer {
-    async fn start(period: std::time::Duration) -> Self {
-        let server = suprnova::server::bind("127.0.0.1:0")
-            .await
-            .unwrap()
-            .header_read_timeout(Some(period));
-        let addr = server.local_addr().unwrap();
-        let router = Router::new()
-            .get("/", |_req: Request| async { HttpResponse::text("hi") })
-            .get("/big", |_req: Request| async {
-                HttpResponse::bytes(vec![b'x'; BIG])
-            });
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let serving = tokio::spawn(server.serve_with_shutdown(router, async {
-            let _ = stopped.await;
-        }));
-        Self {
-            addr,
-            stop,
-            serving,
-        }
-    }
-
-    /// Shuts the server down and asserts it returned within 5 s.
-    async fn stop(self) {
-        self.stop.send(()).unwrap();
-        let stopped_in =
-            tokio::time::timeout(std::time::Duration::from_secs(5), self.serving).await;
-        assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
-    }
 }

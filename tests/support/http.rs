@@ -223,3 +223,55 @@ pub fn assert_closed_one_to_two_periods_after(
         "{what}: closed {after:?} after the last answer, with a {period:?} timeout"
     );
 }
+
+/// The size of [`TimedServer::hi`]'s `GET /big` body: more than a
+/// connection's socket buffers hold, so that its client must read it.
+pub const BIG: usize = 8 << 20;
+
+/// The crate's server on a free loopback port with the header read timeout
+/// `period`, served until [`TimedServer::stop`].
+pub struct TimedServer {
+    pub addr: SocketAddr,
+    stop: oneshot::Sender<()>,
+    serving: JoinHandle<Result<(), suprnova::server::ServerError>>,
+}
+
+impl TimedServer {
+    /// Serves `router` with the header read timeout `period`.
+    pub async fn start(router: Router, period: std::time::Duration) -> Self {
+        let server = suprnova::server::bind("127.0.0.1:0")
+            .await
+            .unwrap()
+            .header_read_timeout(Some(period));
+        let addr = server.local_addr().unwrap();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let serving = tokio::spawn(server.serve_with_shutdown(router, async {
+            let _ = stopped.await;
+        }));
+        Self {
+            addr,
+            stop,
+            serving,
+        }
+    }
+
+    /// Answers `GET /` with "hi" and `GET /big` with [`BIG`] bytes.
+    pub async fn hi(period: std::time::Duration) -> Self {
+        let router = Router::new()
+            .get("/", |_req: suprnova::Request| async {
+                suprnova::HttpResponse::text("hi")
+            })
+            .get("/big", |_req: suprnova::Request| async {
+                suprnova::HttpResponse::bytes(vec![b'x'; BIG])
+            });
+        Self::start(router, period).await
+    }
+
+    /// Shuts the server down and asserts it returned within 5 s.
+    pub async fn stop(self) {
+        self.stop.send(()).unwrap();
+        let stopped_in =
+            tokio::time::timeout(std::time::Duration::from_secs(5), self.serving).await;
+        assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
+    }
+}
