@@ -249,16 +249,12 @@ fn laravel_slug(title: &str) -> String {
 
 #[cfg(feature = "redis")]
 fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
-    let database = match env.parse::<u32>("REDIS_CACHE_DB")? {
-        Some(past) if i64::from(past) > MAX_DATABASE => {
-            return Err(ConfigError::Invalid {
-                variable: "REDIS_CACHE_DB".to_owned(),
-                value: past.to_string(),
-                reason: "expected a database number from 0 to 2147483647".to_owned(),
-            });
-        }
-        database => database.unwrap_or(1),
-    };
+    let set_database = env.number_in(
+        "REDIS_CACHE_DB",
+        0..=MAX_DATABASE.unsigned_abs(),
+        "a database number",
+    )?;
+    let database = set_database.unwrap_or(1);
     let (variable, url) = match url_text(env, "REDIS_URL")? {
         Some(url) => ("REDIS_URL", url),
         None => ("REDIS_HOST", url_from_parts(env, database)?),
@@ -271,6 +267,18 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
         reason,
     };
     let parsed = RedisConfig::from_url(&url).map_err(|e| invalid(&url, e.reason))?;
+    if parsed.is_cluster()
+        && let Some(database @ 1..) = set_database
+    {
+        // A cluster has database 0 only: the one set is not dropped unsaid.
+        return Err(ConfigError::Invalid {
+            variable: "REDIS_CACHE_DB".to_owned(),
+            value: database.to_string(),
+            reason: "a Redis Cluster has database 0 only; leave REDIS_CACHE_DB unset (or 0) \
+                     with a cluster REDIS_URL"
+                .to_owned(),
+        });
+    }
     if parsed.is_cluster() || variable != "REDIS_URL" {
         return parsed.with_timeouts_from_env(env);
     }
@@ -294,23 +302,16 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
 }
 
 #[cfg(feature = "redis")]
-fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
+fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
     let host = env
         .text("REDIS_HOST")?
         .unwrap_or_else(|| "127.0.0.1".to_owned());
     if host.starts_with('/') {
         return socket_url_from_parts(env, &host, database);
     }
-    let port = match env.parse::<u16>("REDIS_PORT")? {
-        Some(0) => {
-            return Err(ConfigError::Invalid {
-                variable: "REDIS_PORT".to_owned(),
-                value: "0".to_owned(),
-                reason: "expected a port from 1 to 65535".to_owned(),
-            });
-        }
-        port => port.unwrap_or(6379),
-    };
+    let port = env
+        .number_in("REDIS_PORT", 1..=u64::from(u16::MAX), "a port")?
+        .unwrap_or(6379);
     let (scheme, host) = match host.strip_prefix("tls://") {
         Some(bare) => ("rediss", bare.to_owned()),
         None => ("redis", host),
@@ -329,11 +330,11 @@ fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
     };
     let mut url = ::redis::parse_redis_url(&format!("{scheme}://{in_url}:{port}/{database}"))
         .ok_or_else(|| refuse("expected a host name or an address"))?;
-    if let Some(user) = env.text("REDIS_USERNAME")? {
+    if let Some(user) = env.laravel_secret("REDIS_USERNAME")? {
         url.set_username(&user)
             .map_err(|()| refuse("REDIS_USERNAME cannot be set on this host"))?;
     }
-    if let Some(password) = env.secret("REDIS_PASSWORD")? {
+    if let Some(password) = env.laravel_secret("REDIS_PASSWORD")? {
         url.set_password(Some(&password))
             .map_err(|()| refuse("REDIS_PASSWORD cannot be set on this host"))?;
     }
@@ -344,16 +345,16 @@ fn url_from_parts(env: &Env, database: u32) -> Result<String, ConfigError> {
 /// there, with the database and the credentials in the query. The port is
 /// not read.
 #[cfg(feature = "redis")]
-fn socket_url_from_parts(env: &Env, path: &str, database: u32) -> Result<String, ConfigError> {
+fn socket_url_from_parts(env: &Env, path: &str, database: u64) -> Result<String, ConfigError> {
     let mut url = ::redis::parse_redis_url("unix:///").expect("a socket URL parses");
     url.set_path(path);
     {
         let mut query = url.query_pairs_mut();
         query.append_pair("db", &database.to_string());
-        if let Some(user) = env.text("REDIS_USERNAME")? {
+        if let Some(user) = env.laravel_secret("REDIS_USERNAME")? {
             query.append_pair("user", &user);
         }
-        if let Some(password) = env.secret("REDIS_PASSWORD")? {
+        if let Some(password) = env.laravel_secret("REDIS_PASSWORD")? {
             query.append_pair("pass", &password);
         }
     }
@@ -538,11 +539,11 @@ mod tests {
         assert!(err.contains("REDIS_URL"), "{err}");
         assert_eq!(
             redis(&[("REDIS_PORT", "lots")]).unwrap_err().to_string(),
-            "REDIS_PORT=\"lots\" is invalid: expected a whole number from 0 to 65535 (invalid digit found in string)"
+            "REDIS_PORT=\"lots\" is invalid: expected a port from 1 to 65535"
         );
         assert_eq!(
             redis(&[("REDIS_CACHE_DB", "-1")]).unwrap_err().to_string(),
-            "REDIS_CACHE_DB=\"-1\" is invalid: expected a whole number from 0 to 4294967295 (invalid digit found in string)"
+            "REDIS_CACHE_DB=\"-1\" is invalid: expected a database number from 0 to 2147483647"
         );
     }
 }

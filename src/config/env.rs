@@ -119,18 +119,30 @@ impl Env {
     /// `null` or `false` (with or without parentheses, in any case: the
     /// empty string, null and false, which PHP makes an empty string of),
     /// where [`text`](Self::text) takes a blank for unset; `Some("1")` for
-    /// `true`. `None` only when unset. For the settings a Laravel
-    /// application and this crate must read alike, such as the cache's key
-    /// prefixes.
+    /// `true`; any other value wrapped in one pair of matching quotes
+    /// without them (as a Docker `--env-file` passes `A="x"`). `None` only
+    /// when unset. For the settings a Laravel application and this crate
+    /// must read alike, such as the cache's key prefixes and the Redis
+    /// password.
     ///
     /// ```
     /// use suprnova::config::Env;
     ///
-    /// let env = Env::from_pairs([("A", ""), ("B", "(empty)"), ("C", " app_ "), ("D", "NULL")]);
+    /// let env = Env::from_pairs([
+    ///     ("A", ""),
+    ///     ("B", "(empty)"),
+    ///     ("C", " app_ "),
+    ///     ("D", "NULL"),
+    ///     ("E", "\"shop_\""),
+    ///     ("F", "'null'"),
+    /// ]);
     /// assert_eq!(env.laravel_text("A").unwrap().as_deref(), Some(""));
     /// assert_eq!(env.laravel_text("B").unwrap().as_deref(), Some(""));
     /// assert_eq!(env.laravel_text("C").unwrap().as_deref(), Some("app_"));
     /// assert_eq!(env.laravel_text("D").unwrap().as_deref(), Some(""));
+    /// assert_eq!(env.laravel_text("E").unwrap().as_deref(), Some("shop_"));
+    /// // The words are read before the quotes: a quoted word is the word.
+    /// assert_eq!(env.laravel_text("F").unwrap().as_deref(), Some("null"));
     /// assert_eq!(env.laravel_text("UNSET").unwrap(), None);
     /// ```
     pub fn laravel_text(&self, name: &str) -> Result<Option<String>, ConfigError> {
@@ -145,23 +157,34 @@ impl Env {
         Ok(Some(match word.as_str() {
             "empty" | "null" | "false" => String::new(),
             "true" => "1".to_owned(),
-            _ => value,
+            _ => unquoted(&value).to_owned(),
         }))
     }
 
     /// As [`text`](Self::text), for a password: a refusal does not show the
     /// value.
     pub fn secret(&self, name: &str) -> Result<Option<String>, ConfigError> {
-        self.text(name).map_err(|e| match e {
-            ConfigError::Invalid {
-                variable, reason, ..
-            } => ConfigError::Invalid {
-                variable,
-                value: "(hidden)".to_owned(),
-                reason,
-            },
-            other => other,
-        })
+        self.text(name).map_err(hidden)
+    }
+
+    /// A credential as Laravel's `env()` reads it ([`laravel_text`](Self::laravel_text)),
+    /// `None` when unset or when that reading is empty: the
+    /// `REDIS_PASSWORD=null` of Laravel's skeleton `.env` is no password,
+    /// as the Laravel application sharing the Redis reads it. A refusal
+    /// does not show the value.
+    ///
+    /// ```
+    /// use suprnova::config::Env;
+    ///
+    /// let env = Env::from_pairs([("P", "null"), ("Q", "\"s3cret\"")]);
+    /// assert_eq!(env.laravel_secret("P").unwrap(), None);
+    /// assert_eq!(env.laravel_secret("Q").unwrap().as_deref(), Some("s3cret"));
+    /// ```
+    pub fn laravel_secret(&self, name: &str) -> Result<Option<String>, ConfigError> {
+        Ok(self
+            .laravel_text(name)
+            .map_err(hidden)?
+            .filter(|value| !value.is_empty()))
     }
 
     /// The value of `name` parsed as `T`; an error names the variable, the
@@ -194,6 +217,38 @@ impl Env {
                         None => e.to_string(),
                     },
                 }),
+        }
+    }
+
+    /// The value of `name` as a whole number within `range`; an error names
+    /// the variable, the value, and the range as `what` calls its numbers.
+    ///
+    /// ```
+    /// use suprnova::config::Env;
+    ///
+    /// let env = Env::from_pairs([("PORT", "8080"), ("BAD", "0")]);
+    /// assert_eq!(env.number_in("PORT", 1..=65535, "a port").unwrap(), Some(8080));
+    /// assert_eq!(
+    ///     env.number_in("BAD", 1..=65535, "a port").unwrap_err().to_string(),
+    ///     "BAD=\"0\" is invalid: expected a port from 1 to 65535"
+    /// );
+    /// ```
+    pub fn number_in(
+        &self,
+        name: &str,
+        range: std::ops::RangeInclusive<u64>,
+        what: &str,
+    ) -> Result<Option<u64>, ConfigError> {
+        let Some(raw) = self.text(name)? else {
+            return Ok(None);
+        };
+        match raw.parse::<u64>() {
+            Ok(number) if range.contains(&number) => Ok(Some(number)),
+            _ => Err(ConfigError::Invalid {
+                variable: name.to_owned(),
+                value: raw,
+                reason: format!("expected {what} from {} to {}", range.start(), range.end()),
+            }),
         }
     }
 
@@ -243,6 +298,34 @@ impl Env {
                 reason: "expected true or false (or 1 and 0, yes and no, on and off)".to_owned(),
             }),
         }
+    }
+}
+
+/// `value` without one pair of matching quotes around it, as Laravel's
+/// `env()` takes them off; `value` itself when it has none.
+fn unquoted(value: &str) -> &str {
+    for quote in ['"', '\''] {
+        if let Some(inner) = value
+            .strip_prefix(quote)
+            .and_then(|rest| rest.strip_suffix(quote))
+        {
+            return inner;
+        }
+    }
+    value
+}
+
+/// An error of a secret's reading, its value hidden.
+fn hidden(error: ConfigError) -> ConfigError {
+    match error {
+        ConfigError::Invalid {
+            variable, reason, ..
+        } => ConfigError::Invalid {
+            variable,
+            value: "(hidden)".to_owned(),
+            reason,
+        },
+        other => other,
     }
 }
 

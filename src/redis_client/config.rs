@@ -158,6 +158,12 @@ impl RedisConfig {
                 .as_str()
                 .into_connection_info()
                 .map_err(|e| refuse(node, &e.to_string()))?;
+            if let Some(pair) = unread_query_pair(node, is_socket_scheme(scheme)) {
+                return Err(refuse(
+                    node,
+                    &unread_query_reason(&pair, is_socket_scheme(scheme)),
+                ));
+            }
             if let ::redis::ConnectionAddr::Tcp(host, port)
             | ::redis::ConnectionAddr::TcpTls { host, port, .. } = info.addr()
             {
@@ -234,6 +240,36 @@ impl RedisConfig {
     pub fn redacted(&self) -> String {
         let kind = if self.cluster { "cluster " } else { "" };
         format!("{kind}{}", redact_credentials(&self.nodes.join(",")))
+    }
+}
+
+/// The name of the first pair in `node`'s query that the connection does
+/// not read for its scheme (a TCP URL reads `protocol` only, a socket's
+/// `db`, `user`, `pass` and `protocol`): written, it would be dropped
+/// unsaid, as `?db=3` after a host, whose database is `/3`.
+fn unread_query_pair(node: &str, socket: bool) -> Option<String> {
+    let read: &[&str] = if socket {
+        &["db", "user", "pass", "protocol"]
+    } else {
+        &["protocol"]
+    };
+    ::redis::parse_redis_url(node)?
+        .query_pairs()
+        .map(|(name, _)| name.into_owned())
+        .find(|name| !read.contains(&name.as_str()))
+}
+
+/// Why a query pair that is not read is refused.
+fn unread_query_reason(pair: &str, socket: bool) -> String {
+    if socket {
+        format!(
+            "?{pair}= is not read after a socket's path; only ?db=, ?user=, ?pass= and ?protocol= are"
+        )
+    } else {
+        format!(
+            "?{pair}= is not read after a host; the database is /N after the host, as in \
+             redis://host:6379/3, and only ?protocol= is read"
+        )
     }
 }
 
