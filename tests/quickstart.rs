@@ -30,71 +30,10 @@ const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 /// Longest wait for the binary to listen, or to exit when it must refuse.
 const START_LIMIT: Duration = Duration::from_secs(30);
 
-/// The built quickstart, built once for every test of this file.
+/// The built quickstart.
 fn quickstart_binary() -> &'static Path {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| {
-        // This test runs from <target>/<profile>/deps; examples land in
-        // <target>/<profile>/examples.
-        let exe = std::env::current_exe().expect("the path of this test binary");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("the test binary sits in <target>/<profile>/deps");
-        let profile = match profile_dir.file_name().and_then(|n| n.to_str()) {
-            Some("debug") | None => "dev".to_owned(),
-            Some(name) => name.to_owned(),
-        };
-        let mut build = Command::new(env!("CARGO"));
-        build
-            .args(["build", "--quiet", "--example", "quickstart", "--profile"])
-            .arg(&profile)
-            .arg("--no-default-features")
-            .current_dir(env!("CARGO_MANIFEST_DIR"));
-        // Cargo runs this test with the variables of this package set
-        // (CARGO_PKG_NAME and the like). Build scripts that watch them would
-        // see a change and rebuild half the dependency tree, for this build
-        // and again for the next `cargo test`.
-        for (name, _) in std::env::vars_os() {
-            let name = name.to_string_lossy();
-            let set_for_this_run = name.starts_with("CARGO_PKG_")
-                || name.starts_with("CARGO_MANIFEST_")
-                || name.starts_with("CARGO_BIN_")
-                || matches!(
-                    name.as_ref(),
-                    "CARGO_CRATE_NAME" | "CARGO_PRIMARY_PACKAGE" | "CARGO_TARGET_TMPDIR"
-                );
-            if set_for_this_run {
-                build.env_remove(name.as_ref());
-            }
-        }
-        // The features this test was built with, `default` among them when
-        // it was on: another set is another build of the crate, which cargo
-        // would compile again here.
-        let features: Vec<&str> = [
-            ("default", cfg!(feature = "default")),
-            ("redis", cfg!(feature = "redis")),
-        ]
-        .into_iter()
-        .filter_map(|(name, on)| on.then_some(name))
-        .collect();
-        if !features.is_empty() {
-            build.args(["--features", &features.join(",")]);
-        }
-        let status = build
-            .status()
-            .expect("run cargo build --example quickstart");
-        assert!(status.success(), "cargo build --example quickstart failed");
-        let binary = profile_dir
-            .join("examples")
-            .join(format!("quickstart{}", std::env::consts::EXE_SUFFIX));
-        assert!(
-            binary.is_file(),
-            "no quickstart binary at {}",
-            binary.display()
-        );
-        binary
-    })
+    BUILT.get_or_init(|| support::examples::binary("quickstart"))
 }
 
 /// A command for the quickstart with only `vars` (and `RUST_LOG=info`) in

@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod examples;
 pub mod http;
 pub mod load;
 pub mod proxy;
