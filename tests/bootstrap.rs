@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::Full;
+use support::boot::{env, plan, refusal};
 use support::http::TestServer;
 use support::redis::{RedisCluster, RedisServer};
 use suprnova::bootstrap::{BootPlan, DriverChoice, bootstrap};
@@ -24,21 +25,6 @@ use suprnova::{HttpResponse, Request, Router};
 const WHY_AND_WAYS_OUT: &str = "Per-process buckets mean every configured quota is multiplied by your replica count and reset by every deploy: behind N replicas a limit of 5 attempts is really 5N, and nothing says so, because the requests succeed. Either point it at Redis with RATE_LIMIT_DRIVER=redis and RATE_LIMIT_REDIS_URL=redis://cache.internal:6379, or, if you genuinely run a single process, set RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=true.";
 
 const URL_FORMS: &str = "for example RATE_LIMIT_REDIS_URL=redis://cache.internal:6379 (rediss:// for TLS; unix:///path/to/redis.sock for a socket on this host; several comma-separated redis:// URLs, or redis+cluster://, for a Redis Cluster)";
-
-fn env(pairs: &[(&str, &str)]) -> Env {
-    Env::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
-}
-
-fn plan(pairs: &[(&str, &str)]) -> Result<BootPlan, ConfigError> {
-    BootPlan::from_env(&env(pairs))
-}
-
-fn refusal(pairs: &[(&str, &str)]) -> String {
-    match plan(pairs) {
-        Ok(plan) => panic!("{pairs:?} booted: {plan:?}"),
-        Err(e) => e.to_string(),
-    }
-}
 
 fn unset_refusal() -> String {
     format!(

@@ -9,29 +9,15 @@
 
 mod support;
 
+use support::boot::{env, plan, refusal};
 use support::redis::RedisServer;
-use suprnova::bootstrap::{BootPlan, DriverChoice, bootstrap};
+use suprnova::bootstrap::{DriverChoice, bootstrap};
 use suprnova::cache::CacheConfig;
-use suprnova::config::{ConfigError, Env, Environment};
+use suprnova::config::Environment;
 use suprnova::container::App;
 use suprnova::http::TrustedProxies;
 use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
 use suprnova::redis_client::RedisConfig;
-
-fn env(pairs: &[(&str, &str)]) -> Env {
-    Env::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
-}
-
-fn plan(pairs: &[(&str, &str)]) -> Result<BootPlan, ConfigError> {
-    BootPlan::from_env(&env(pairs))
-}
-
-fn refusal(pairs: &[(&str, &str)]) -> String {
-    match plan(pairs) {
-        Ok(plan) => panic!("{pairs:?} booted: {plan:?}"),
-        Err(e) => e.to_string(),
-    }
-}
 
 // ---- the values Laravel's env() reads --------------------------------------------
 

@@ -6,11 +6,25 @@ mod support;
 
 use std::time::Duration;
 
-use support::examples::{self, Served};
+use support::examples::{self, Running};
+
+/// Runs example `name` to its end, which must be a success: what it
+/// printed on stdout and stderr.
+fn printed(name: &str, vars: &[(&str, &str)], limit: Duration) -> (String, String) {
+    let exited = examples::run_to_exit(name, vars, limit);
+    assert!(
+        exited.status.success(),
+        "{name} failed ({}):\n{}\n{}",
+        exited.status,
+        exited.stdout,
+        exited.stderr
+    );
+    (exited.stdout, exited.stderr)
+}
 
 /// What `examples/laravel_migration.rs` says its routes do: the curl lines
 /// it logs, run with a real client.
-async fn laravel_migration_routes(app: &Served) {
+async fn laravel_migration_routes(app: &Running) {
     let user = app.send("GET", "/api/user", None).await;
     assert_eq!(user.status, 200, "{}", user.body);
     assert_eq!(
@@ -89,9 +103,8 @@ async fn laravel_migration_routes(app: &Served) {
 
 #[tokio::test]
 async fn the_laravel_migration_example_on_memory_does_what_its_curl_lines_say() {
-    let app = Served::start("laravel_migration", &[("CACHE_STORE", "memory")]);
+    let app = Running::start("laravel_migration", &[("CACHE_STORE", "memory")]);
     laravel_migration_routes(&app).await;
-    let _ = (&app.stdout, &app.stderr);
 }
 
 #[cfg(feature = "redis")]
@@ -99,7 +112,7 @@ async fn the_laravel_migration_example_on_memory_does_what_its_curl_lines_say() 
 async fn the_laravel_migration_example_stores_laravels_keys_in_its_own_redis() {
     let redis = support::redis::RedisServer::start();
     let url = redis.url();
-    let app = Served::start("laravel_migration", &[("REDIS_URL", url.as_str())]);
+    let app = Running::start("laravel_migration", &[("REDIS_URL", url.as_str())]);
     laravel_migration_routes(&app).await;
     // Laravel's cache database is 1, and its prefixes come before the key.
     let client = redis::Client::open(format!("{url}/1")).unwrap();
@@ -138,7 +151,7 @@ async fn the_laravel_migration_example_stores_laravels_keys_in_its_own_redis() {
 
 #[test]
 fn the_login_protection_example_prints_what_its_doc_comment_promises() {
-    let (out, err) = examples::run_to_exit("login_protection", &[], Duration::from_secs(60));
+    let (out, err) = printed("login_protection", &[], Duration::from_secs(60));
     let runs = |title: &str| -> String {
         let mut lines = out.lines();
         lines
@@ -162,7 +175,7 @@ fn the_login_protection_example_prints_what_its_doc_comment_promises() {
 
 #[test]
 fn the_websocket_caps_example_refuses_the_fourth_socket_and_the_eleventh_opening() {
-    let (out, err) = examples::run_to_exit("websocket_caps", &[], Duration::from_secs(60));
+    let (out, err) = printed("websocket_caps", &[], Duration::from_secs(60));
     let all = format!("{out}\n{err}");
     for n in 1..=3 {
         assert!(
@@ -204,7 +217,7 @@ fn the_websocket_caps_example_refuses_the_fourth_socket_and_the_eleventh_opening
 fn the_redis_cluster_example_shares_one_exact_limit_between_its_replicas() {
     let cluster = support::redis::RedisCluster::start(3);
     let url = cluster.url();
-    let (out, err) = examples::run_to_exit(
+    let (out, err) = printed(
         "redis_cluster",
         &[("RATE_LIMIT_REDIS_URL", url.as_str())],
         Duration::from_secs(120),

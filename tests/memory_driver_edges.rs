@@ -6,8 +6,8 @@
 mod support;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Barrier, Mutex, mpsc};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use proptest::prelude::*;
@@ -710,92 +710,6 @@ fn steps_of_the_clock_between_rounds_never_admit_more_than_the_limit_in_one() {
             admitted
         });
         assert!(admitted.iter().sum::<u32>() <= 5, "round {round}");
-    }
-}
-
-// ---------------------------------------------------------------------------
-// A call held between its reading of the clock and its decision
-// ---------------------------------------------------------------------------
-
-thread_local! {
-    static HOLD_AFTER_NEXT_READ: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
-}
-
-/// A frozen clock whose next read on a marked thread holds that thread,
-/// right after the read, until the test lets it go.
-#[derive(Debug)]
-struct GateClock {
-    nanos: AtomicU64,
-    gate: Mutex<Option<(mpsc::Sender<()>, mpsc::Receiver<()>)>>,
-}
-
-impl Clock for GateClock {
-    fn now(&self) -> Duration {
-        Duration::from_nanos(self.unix_nanos())
-    }
-
-    fn unix_nanos(&self) -> u64 {
-        let nanos = self.nanos.load(Ordering::SeqCst);
-        if HOLD_AFTER_NEXT_READ.with(|hold| hold.replace(false)) {
-            let (read, go) = self.gate.lock().unwrap().take().unwrap();
-            read.send(()).unwrap();
-            go.recv().unwrap();
-        }
-        nanos
-    }
-}
-
-/// 2 per 10 s on `key`, a hit at 0 s. At 5 s a call reads the clock and is
-/// held there; meanwhile the clock reads 6 s and another call takes the
-/// last place and is refused. Returns the held call's decision, once let go
-/// at 6 s, and the other refusal.
-fn held_while_the_key_fills(key: &str) -> (Decision, Decision) {
-    const T0: u64 = 1_700_000_000_000;
-    let clock = Arc::new(GateClock {
-        nanos: AtomicU64::new(T0 * NANOS_PER_MILLI),
-        gate: Mutex::new(None),
-    });
-    let limiter = InMemoryRateLimiter::with_clock(clock.clone()).with_sweep_interval(Duration::MAX);
-    let cfg = per_ms(2, 10_000);
-    assert!(limiter.acquire_now(key, &cfg).unwrap().allowed);
-    clock
-        .nanos
-        .store((T0 + 5_000) * NANOS_PER_MILLI, Ordering::SeqCst);
-    let (read_tx, read_rx) = mpsc::channel();
-    let (go_tx, go_rx) = mpsc::channel();
-    *clock.gate.lock().unwrap() = Some((read_tx, go_rx));
-    std::thread::scope(|s| {
-        let held = s.spawn(|| {
-            HOLD_AFTER_NEXT_READ.with(|hold| hold.set(true));
-            limiter.acquire_now(key, &cfg).unwrap()
-        });
-        read_rx.recv().unwrap();
-        clock
-            .nanos
-            .store((T0 + 6_000) * NANOS_PER_MILLI, Ordering::SeqCst);
-        assert!(limiter.acquire_now(key, &cfg).unwrap().allowed);
-        let other = limiter.acquire_now(key, &cfg).unwrap();
-        go_tx.send(()).unwrap();
-        (held.join().unwrap(), other)
-    })
-}
-
-// The held call is refused, and told the reset the other call at 6 s is
-// told: the place frees at 10 s. A key too long to be noted full is decided
-// under its shard's lock, which reads the clock again, and says 4 s; a
-// short key, refused from its note without a second reading, says the wait
-// from the call's own reading at 5 s, as the docs say: longer by the time
-// the call was held, never shorter.
-#[test]
-fn a_call_held_before_its_decision_is_told_the_same_reset() {
-    let long_key = "user:0123456789abcdef0123456789abcdef";
-    for (key, wait) in [(long_key, 4), ("k", 5)] {
-        let (held, other) = held_while_the_key_fills(key);
-        assert!(!other.allowed);
-        assert_eq!(other.retry_after, Some(Duration::from_secs(4)), "{key}");
-        assert!(!held.allowed, "{key}");
-        assert_eq!(held.reset_at, other.reset_at, "{key}");
-        assert_eq!(held.retry_after, Some(Duration::from_secs(wait)), "{key}");
     }
 }
 

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
 use suprnova::clock::Clock;
+use suprnova::decision::Decision;
 use suprnova::rate_limit::SlidingWindowConfig;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 
@@ -137,4 +138,50 @@ fn a_held_call_after_another_admission_is_refused() {
         assert!(limiter.acquire_now("k", &config).unwrap().allowed);
     });
     assert!(!admitted, "the place was taken at T0 + 1000 ms");
+}
+
+/// 2 per 10 s on `key`, a hit at T0. At T0 + 5 s a call reads the clock
+/// and is held there; meanwhile the clock reads T0 + 6 s and another call
+/// takes the last place and is refused. Returns the held call's decision,
+/// once let go, and the other refusal.
+fn held_while_the_key_fills(key: &str) -> (Decision, Decision) {
+    let clock = GateClock::at_ms(T0);
+    let limiter = InMemoryRateLimiter::with_clock(clock.clone()).with_sweep_interval(Duration::MAX);
+    let config = SlidingWindowConfig::new(2, Duration::from_secs(10));
+    assert!(limiter.acquire_now(key, &config).unwrap().allowed);
+    clock.set_ms(T0 + 5_000);
+    let (read_tx, read_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel();
+    *clock.gate.lock().unwrap() = Some((read_tx, go_rx));
+    std::thread::scope(|s| {
+        let held = s.spawn(|| {
+            HOLD_AFTER_NEXT_READ.with(|hold| hold.set(true));
+            limiter.acquire_now(key, &config).unwrap()
+        });
+        read_rx.recv().unwrap();
+        clock.set_ms(T0 + 6_000);
+        assert!(limiter.acquire_now(key, &config).unwrap().allowed);
+        let other = limiter.acquire_now(key, &config).unwrap();
+        go_tx.send(()).unwrap();
+        (held.join().unwrap(), other)
+    })
+}
+
+/// The held call is refused, and told the reset the other call at 6 s is
+/// told: the place frees at 10 s. A key too long to be noted full is
+/// decided under its shard's lock, which reads the clock again, and says
+/// 4 s; a short key, refused from its note without a second reading, says
+/// the wait from the call's own reading at 5 s, as the docs say: longer by
+/// the time the call was held, never shorter.
+#[test]
+fn a_call_held_before_a_full_keys_refusal_is_told_the_same_reset() {
+    let long_key = "user:0123456789abcdef0123456789abcdef";
+    for (key, wait) in [(long_key, 4), ("k", 5)] {
+        let (held, other) = held_while_the_key_fills(key);
+        assert!(!other.allowed);
+        assert_eq!(other.retry_after, Some(Duration::from_secs(4)), "{key}");
+        assert!(!held.allowed, "{key}");
+        assert_eq!(held.reset_at, other.reset_at, "{key}");
+        assert_eq!(held.retry_after, Some(Duration::from_secs(wait)), "{key}");
+    }
 }

@@ -3,267 +3,30 @@
 //! configuration before it listens; stopping on ctrl-c; and the same routes
 //! on a redis-server started here.
 //!
-//! The binary is built once per run with `cargo build --example quickstart`
-//! (a no-op when `cargo test` has built the examples already), with the
-//! features this test was built with.
+//! The binary is built by the test support, with every example, in one
+//! `cargo build` (a no-op when `cargo test` has built the examples
+//! already), with the features this test was built with.
 
 mod support;
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read};
-use std::net::{IpAddr, Ipv4Addr};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::net::IpAddr;
+use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use support::examples::{self, Exited, Running};
 use support::http::Reply;
 
-const LOCALHOST: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
-
-/// Longest wait for the binary to listen, or to exit when it must refuse.
+/// Longest wait for the binary to exit when it must refuse.
 const START_LIMIT: Duration = Duration::from_secs(30);
 
-/// The built quickstart.
-fn quickstart_binary() -> &'static Path {
-    static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    BUILT.get_or_init(|| support::examples::binary("quickstart"))
+/// The quickstart, started on a free port with `vars`.
+fn start(vars: &[(&str, &str)]) -> Running {
+    Running::start("quickstart", vars)
 }
 
-/// A command for the quickstart with only `vars` (and `RUST_LOG=info`) in
-/// its environment, run from an empty directory so that no `.env` of the
-/// developer's leaks in.
-fn quickstart_command(vars: &[(&str, &str)]) -> Command {
-    static EMPTY_DIR: OnceLock<PathBuf> = OnceLock::new();
-    let dir = EMPTY_DIR.get_or_init(|| {
-        let dir = std::env::temp_dir().join("suprnova-quickstart-cwd");
-        std::fs::create_dir_all(&dir).expect("create an empty working directory");
-        dir
-    });
-    let mut command = Command::new(quickstart_binary());
-    command
-        .env_clear()
-        .env("RUST_LOG", "info")
-        .envs(vars.iter().copied())
-        .current_dir(dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    command
-}
-
-/// The lines of a pipe, read on a thread of its own.
-struct Pipe {
-    lines: Arc<Mutex<Vec<String>>>,
-    reader: Option<JoinHandle<()>>,
-}
-
-impl Pipe {
-    fn read(pipe: impl Read + Send + 'static) -> Self {
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let sink = lines.clone();
-        let reader = std::thread::spawn(move || {
-            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        Self {
-            lines,
-            reader: Some(reader),
-        }
-    }
-
-    /// The lines read so far.
-    fn text(&self) -> String {
-        self.lines.lock().unwrap().join("\n")
-    }
-
-    /// Every line, once the process has exited and closed the pipe.
-    fn finish(&mut self) -> String {
-        if let Some(reader) = self.reader.take() {
-            reader.join().expect("the pipe reader");
-        }
-        self.text()
-    }
-}
-
-/// A running quickstart, killed on drop.
-struct Quickstart {
-    child: Child,
-    stdout: Pipe,
-    stderr: Pipe,
-    base: String,
-    /// One keep-alive client for each source address.
-    clients: Mutex<HashMap<IpAddr, Client<HttpConnector, Full<Bytes>>>>,
-}
-
-impl Quickstart {
-    /// Starts the binary with `PORT=0` (a free port) and `vars`, and returns
-    /// once it has logged the address it listens on.
-    fn start(vars: &[(&str, &str)]) -> Self {
-        let mut all = vec![("PORT", "0")];
-        all.extend_from_slice(vars);
-        let mut child = quickstart_command(&all)
-            .spawn()
-            .expect("start the quickstart");
-        let stdout = Pipe::read(child.stdout.take().unwrap());
-        let stderr = Pipe::read(child.stderr.take().unwrap());
-        let started = Instant::now();
-        let base = loop {
-            let listening = stdout.lines.lock().unwrap().iter().find_map(|line| {
-                let at = line.find("listening on http://")?;
-                Some(line[at + "listening on ".len()..].trim().to_owned())
-            });
-            if let Some(base) = listening {
-                break base;
-            }
-            if let Some(status) = child.try_wait().unwrap() {
-                panic!(
-                    "the quickstart exited ({status}) before listening:\n{}\n{}",
-                    stdout.text(),
-                    stderr.text()
-                );
-            }
-            if started.elapsed() > START_LIMIT {
-                let _ = child.kill();
-                panic!("the quickstart did not listen within {START_LIMIT:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        Self {
-            child,
-            stdout,
-            stderr,
-            base,
-            clients: Mutex::default(),
-        }
-    }
-
-    /// Every line logged so far.
-    fn log(&self) -> String {
-        self.stdout.text()
-    }
-
-    /// Sends `method path`, with `form` as a form body, from 127.0.0.1.
-    async fn send(&self, method: &str, path: &str, form: Option<&str>) -> Reply {
-        self.send_from(LOCALHOST, method, path, form).await
-    }
-
-    /// Sends `method path` with `form` from `local`, any address of
-    /// 127.0.0.0/8, so that the quickstart sees another client.
-    async fn send_from(
-        &self,
-        local: IpAddr,
-        method: &str,
-        path: &str,
-        form: Option<&str>,
-    ) -> Reply {
-        let mut request = http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
-        if form.is_some() {
-            request = request.header("content-type", "application/x-www-form-urlencoded");
-        }
-        let request = request
-            .body(Full::new(Bytes::from(form.unwrap_or("").to_owned())))
-            .unwrap();
-        let client = self
-            .clients
-            .lock()
-            .unwrap()
-            .entry(local)
-            .or_insert_with(|| {
-                let mut connector = HttpConnector::new();
-                connector.set_local_address(Some(local));
-                Client::builder(TokioExecutor::new()).build(connector)
-            })
-            .clone();
-        let response = tokio::time::timeout(Duration::from_secs(10), client.request(request))
-            .await
-            .expect("the quickstart answered within 10 s")
-            .expect("the request reached the quickstart");
-        Reply::read(response).await
-    }
-
-    async fn get(&self, path: &str) -> Reply {
-        self.send("GET", path, None).await
-    }
-
-    /// `count` GETs of `path` in a row, from 127.0.0.1.
-    async fn get_times(&self, path: &str, count: usize) -> Vec<Reply> {
-        let mut replies = Vec::with_capacity(count);
-        for _ in 0..count {
-            replies.push(self.get(path).await);
-        }
-        replies
-    }
-
-    /// Waits (bounded) for the process to exit.
-    fn wait_for_exit(&mut self, limit: Duration) -> ExitStatus {
-        let started = Instant::now();
-        loop {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            assert!(
-                started.elapsed() < limit,
-                "the quickstart was still running after {limit:?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Quickstart {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// What a refused start left behind.
-struct Refused {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-/// Starts the binary with `vars` on a free port and waits for it to exit,
-/// failing the test if it is still running after [`START_LIMIT`].
-fn run_expecting_exit(vars: &[(&str, &str)]) -> Refused {
-    let mut all = vec![("PORT", "0")];
-    all.extend_from_slice(vars);
-    let mut child = quickstart_command(&all)
-        .spawn()
-        .expect("start the quickstart");
-    let mut stdout = Pipe::read(child.stdout.take().unwrap());
-    let mut stderr = Pipe::read(child.stderr.take().unwrap());
-    let started = Instant::now();
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if started.elapsed() > START_LIMIT {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "the quickstart kept running instead of refusing:\n{}",
-                stdout.text()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Refused {
-        status,
-        stdout: stdout.finish(),
-        stderr: stderr.finish(),
-    }
+/// Starts the quickstart with `vars` on a free port and waits for it to
+/// exit, failing the test if it is still running after [`START_LIMIT`].
+fn run_expecting_exit(vars: &[(&str, &str)]) -> Exited {
+    examples::run_to_exit("quickstart", vars, START_LIMIT)
 }
 
 /// The refusal every production start on the in-memory limiter ends with:
@@ -274,7 +37,7 @@ multiplied by your replica count and reset by every deploy: behind N replicas a 
 it at Redis with RATE_LIMIT_DRIVER=redis and RATE_LIMIT_REDIS_URL=redis://cache.internal:6379, \
 or, if you genuinely run a single process, set RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION=true.";
 
-fn assert_refused_before_listening(refused: &Refused, expected_stderr: &str) {
+fn assert_refused_before_listening(refused: &Exited, expected_stderr: &str) {
     assert_eq!(refused.status.code(), Some(1), "exit status of a refusal");
     assert_eq!(refused.stderr.trim(), expected_stderr);
     assert!(
@@ -331,7 +94,7 @@ fn a_port_that_is_not_a_number_is_refused() {
 
 #[tokio::test]
 async fn boots_as_local_when_app_env_is_unset_and_says_so() {
-    let app = Quickstart::start(&[]);
+    let app = start(&[]);
     assert_eq!(app.get("/").await.status, 200);
     let log = app.log();
     for expected in [
@@ -353,7 +116,7 @@ async fn boots_as_local_when_app_env_is_unset_and_says_so() {
 #[cfg(unix)]
 #[tokio::test]
 async fn ctrl_c_stops_it_gracefully() {
-    let mut app = Quickstart::start(&[("APP_ENV", "local")]);
+    let mut app = start(&[("APP_ENV", "local")]);
     assert_eq!(app.get("/").await.status, 200);
     // SIGINT is what ctrl-c sends to the foreground process.
     assert!(support::signal(app.child.id(), "INT"));
@@ -407,7 +170,7 @@ fn assert_refused(reply: &Reply, limit: usize, window_secs: u64) -> u64 {
 /// The acceptance of the quickstart: 200 on `/`, then the `throttle:60,1`
 /// route admits 60 requests a minute and refuses the 61st with Laravel's
 /// headers.
-async fn assert_home_then_sixty_a_minute(app: &Quickstart) {
+async fn assert_home_then_sixty_a_minute(app: &Running) {
     let home = app.get("/").await;
     assert_eq!(home.status, 200);
     assert!(
@@ -438,7 +201,7 @@ async fn assert_home_then_sixty_a_minute(app: &Quickstart) {
 
 #[tokio::test]
 async fn throttle_60_1_refuses_the_61st_request_on_memory() {
-    let app = Quickstart::start(&[]);
+    let app = start(&[]);
     assert_home_then_sixty_a_minute(&app).await;
     // The throttle counts per address: another client is admitted.
     let other = app
@@ -450,7 +213,7 @@ async fn throttle_60_1_refuses_the_61st_request_on_memory() {
 
 #[tokio::test]
 async fn ip_based_route_refuses_the_11th_request_from_an_address() {
-    let app = Quickstart::start(&[]);
+    let app = start(&[]);
     let admitted = app.get_times("/sliding", 10).await;
     assert_admitted_counting_down(&admitted, 10);
     let refused = app.get("/sliding").await;
@@ -465,7 +228,7 @@ async fn ip_based_route_refuses_the_11th_request_from_an_address() {
 
 #[tokio::test]
 async fn named_api_limiter_refuses_the_31st_request() {
-    let app = Quickstart::start(&[]);
+    let app = start(&[]);
     let admitted = app.get_times("/api/items", 30).await;
     assert_admitted_counting_down(&admitted, 30);
     assert_eq!(admitted[0].body, r#"{"items":["apple","pear"]}"#);
@@ -475,7 +238,7 @@ async fn named_api_limiter_refuses_the_31st_request() {
 
 #[tokio::test]
 async fn login_is_limited_per_account_and_per_address() {
-    let app = Quickstart::start(&[]);
+    let app = start(&[]);
     let ada = "email=ada%40example.com&password=guess";
     // Five attempts on one account, each from another address.
     for n in 1..=5 {
@@ -510,7 +273,7 @@ async fn login_is_limited_per_account_and_per_address() {
 
 #[tokio::test]
 async fn logs_each_route_with_its_limit_and_a_curl_line() {
-    let app = Quickstart::start(&[("APP_ENV", "development")]);
+    let app = start(&[("APP_ENV", "development")]);
     let log = app.log();
     let base = &app.base;
     for expected in [
@@ -546,7 +309,7 @@ async fn logs_each_route_with_its_limit_and_a_curl_line() {
 async fn on_redis_the_same_routes_refuse_the_same_way_in_production() {
     let redis = support::redis::RedisServer::start();
     let url = redis.url();
-    let app = Quickstart::start(&[
+    let app = start(&[
         ("APP_ENV", "production"),
         ("RATE_LIMIT_DRIVER", "redis"),
         ("RATE_LIMIT_REDIS_URL", &url),

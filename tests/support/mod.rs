@@ -2,6 +2,7 @@
 
 #![allow(dead_code)]
 
+pub mod boot;
 pub mod examples;
 pub mod http;
 pub mod load;
