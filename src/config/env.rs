@@ -370,17 +370,6 @@ impl fmt::Debug for Env {
     }
 }
 
-/// Loads `.env` from the working directory (or a parent) into the process
-/// environment when the file exists. Variables already set win over the
-/// file. A file that exists but cannot be read or parsed is an error.
-pub fn load_dotenv() -> Result<Option<std::path::PathBuf>, ConfigError> {
-    match dotenvy::dotenv() {
-        Ok(path) => Ok(Some(path)),
-        Err(e) if e.not_found() => Ok(None),
-        Err(e) => Err(ConfigError::DotEnv(e.to_string())),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

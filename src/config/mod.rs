@@ -4,10 +4,12 @@
 //!
 //! Every error names the variable, the value it refused and what to do.
 
+mod dotenv;
 mod env;
 mod environment;
 
-pub use env::{Env, load_dotenv};
+pub use dotenv::load_dotenv;
+pub use env::Env;
 pub use environment::Environment;
 
 /// A configuration that the crate refuses to boot with.
@@ -35,7 +37,8 @@ pub enum ConfigError {
     /// in-memory limiter in production. The message is complete.
     #[error("{0}")]
     Refused(String),
-    /// `.env` exists but could not be read.
+    /// `.env` exists but could not be read, or a line of it does not parse;
+    /// the message names the line and the variable, never a value.
     #[error("could not load .env: {0}")]
     DotEnv(String),
 }
