@@ -5,64 +5,17 @@ mod support;
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::Full;
 use suprnova::container::App;
 use suprnova::http::TrustedProxies;
-use suprnova::rate_limit::{ConnectionsPerIp, RateLimitMiddleware};
+use suprnova::rate_limit::RateLimitMiddleware;
 use suprnova::server::{handle_request, handle_request_with_peer};
 use suprnova::{HttpResponse, Request, Router};
-use tokio::sync::{Semaphore, mpsc};
 
+use support::held::{Gate, entered};
 use support::http::TestServer;
-
-/// A handler that reports when it starts and then waits until the test
-/// releases it, so the test can look at the counts while it runs.
-#[derive(Clone)]
-struct Gate {
-    entered: mpsc::UnboundedSender<()>,
-    release: Arc<Semaphore>,
-}
-
-impl Gate {
-    fn new() -> (Self, mpsc::UnboundedReceiver<()>) {
-        let (entered, rx) = mpsc::unbounded_channel();
-        let gate = Self {
-            entered,
-            release: Arc::new(Semaphore::new(0)),
-        };
-        (gate, rx)
-    }
-
-    fn router(&self, path: &str, cap: &ConnectionsPerIp) -> Router {
-        let gate = self.clone();
-        Router::new()
-            .get(path, move |req: Request| {
-                let gate = gate.clone();
-                async move {
-                    // Keep the request (and so its place) until released.
-                    let _held = req;
-                    let _ = gate.entered.send(());
-                    let _permit = gate.release.acquire().await.unwrap();
-                    HttpResponse::text("done")
-                }
-            })
-            .middleware(cap.clone())
-    }
-
-    fn release(&self, n: usize) {
-        self.release.add_permits(n);
-    }
-}
-
-async fn entered(rx: &mut mpsc::UnboundedReceiver<()>) {
-    tokio::time::timeout(Duration::from_secs(5), rx.recv())
-        .await
-        .expect("the handler did not start in time")
-        .unwrap();
-}
 
 /// Runs `GET path` from `from` in a task of its own.
 fn spawn_get(

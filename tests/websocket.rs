@@ -3,7 +3,7 @@
 
 mod support;
 
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -161,16 +161,7 @@ async fn rest_of_answer(stream: &mut tokio::net::TcpStream) -> String {
 }
 
 async fn wait_open(cap: &ConnectionsPerIp, addr: &str, want: usize) {
-    let addr: IpAddr = addr.parse().unwrap();
-    let start = Instant::now();
-    while cap.open_for(addr) != want {
-        assert!(
-            start.elapsed() < Duration::from_secs(5),
-            "open_for({addr}) stayed {} instead of {want}",
-            cap.open_for(addr)
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    support::held::open_becomes(cap, addr.parse().unwrap(), want).await;
 }
 
 #[tokio::test]

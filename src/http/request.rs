@@ -276,7 +276,35 @@ impl Request {
     /// refused before it is read; one found larger as it arrives keeps what
     /// was read, so a later reader with a larger cap still gets every byte.
     /// [`BodyError`] converts into a 413 (or 400) response.
+    ///
+    /// Reading the whole body consumes the request as far as its connection
+    /// is concerned: whatever the request holds for it
+    /// ([`Request::hold_for_connection`]) is released, as when the request
+    /// drops, so a [`ConnectionsPerIp`](crate::rate_limit::ConnectionsPerIp)
+    /// place is given back once the handler has read the body.
+    ///
+    /// ```
+    /// use suprnova::Request;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let mut request = Request::new(http::Request::post("/login").body("a=1".to_owned()).unwrap());
+    /// request.hold_for_connection(());
+    /// assert_eq!(request.connection_holds(), 1);
+    /// assert_eq!(request.text().await.unwrap(), "a=1");
+    /// assert_eq!(request.connection_holds(), 0);
+    /// # }
+    /// ```
     pub async fn body_bytes(&mut self, limit: usize) -> Result<Bytes, BodyError> {
+        let bytes = self.buffer_body(limit).await?;
+        self.holds.clear();
+        Ok(bytes)
+    }
+
+    /// Reads the whole body as [`body_bytes`](Self::body_bytes) does, for a
+    /// middleware that reads it before the handler: the request keeps what
+    /// it holds for its connection, since the handler has not run yet.
+    pub(crate) async fn buffer_body(&mut self, limit: usize) -> Result<Bytes, BodyError> {
         let announced = self
             .header(http::header::CONTENT_LENGTH.as_str())
             .and_then(|v| v.trim().parse::<u64>().ok());

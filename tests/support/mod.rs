@@ -4,6 +4,7 @@
 
 pub mod boot;
 pub mod examples;
+pub mod held;
 pub mod http;
 pub mod load;
 pub mod proxy;
