@@ -239,6 +239,15 @@ fn dropped_midway(error: &::redis::RedisError) -> bool {
     error.is_connection_dropped() && !error.is_connection_refusal()
 }
 
+/// Whether a Redis Cluster answered `MOVED` or `ASK`: the node did not run
+/// the call, whose slot is served by another node (or moving to it).
+fn redirected_away(error: &::redis::RedisError) -> bool {
+    matches!(
+        error.kind(),
+        ErrorKind::Server(ServerErrorKind::Moved | ServerErrorKind::Ask)
+    )
+}
+
 impl RedisConnection {
     /// Builds a handle without waiting for Redis. Must be called inside a
     /// tokio runtime.
@@ -359,14 +368,33 @@ impl RedisConnection {
         let deadline = self.deadline();
         let used = self.in_use();
         let attempts = async {
-            match call(used.link()).await {
-                // redis-rs connects again after a dropped connection; one
-                // node's call is sent again on that connection (a cluster's
-                // client retries by itself).
-                Err(e) if repeatable && dropped_midway(&e) && matches!(used, Used::Single(..)) => {
-                    call(self.in_use().link()).await
+            let mut redirected = 0_u32;
+            loop {
+                let answered = match call(used.link()).await {
+                    // redis-rs connects again after a dropped connection;
+                    // one node's call is sent again on that connection (a
+                    // cluster's client retries by itself).
+                    Err(e)
+                        if repeatable && dropped_midway(&e) && matches!(used, Used::Single(..)) =>
+                    {
+                        call(self.in_use().link()).await
+                    }
+                    answered => answered,
+                };
+                match answered {
+                    // A slot on the move: no node ran the call. redis-rs
+                    // follows one redirection, and sends a redirection's
+                    // ASKING apart from its command, so that a call beside
+                    // it can take the ASKING and be told MOVED back to the
+                    // node it left; the call is sent again, a little later
+                    // each time, until the move is over or the deadline.
+                    Err(e) if redirected_away(&e) => {
+                        redirected += 1;
+                        let pause = Duration::from_millis(1 << redirected.min(4));
+                        tokio::time::sleep(pause).await;
+                    }
+                    answered => return answered,
                 }
-                answered => answered,
             }
         };
         match tokio::time::timeout(deadline, attempts).await {
