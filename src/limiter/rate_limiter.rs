@@ -433,41 +433,45 @@ impl CacheRateLimiter {
         Ok(outcome)
     }
 
-    /// One attempt counted under `max_attempts` in a window of
-    /// `decay_seconds`, as [`increment_if_below`](Self::increment_if_below)
-    /// counts it, and, when it does not count, the end of the window (Unix
-    /// seconds) read in the same step where the store can: what the
-    /// throttle's refusal reports, in the round trip of its count.
+    /// `places` attempts (one for each limit counting in this bucket)
+    /// counted while the bucket holds fewer than `max_attempts`, as
+    /// [`increment_if_below`](Self::increment_if_below) counts them, and,
+    /// when they do not count, the end of the window (Unix seconds) read in
+    /// the same step where the store can: what the throttle's refusal
+    /// reports, in the round trip of its count.
     ///
     /// A window of 0 seconds or less counts as `increment_if_below` does;
     /// the count it reports is the one left in the store, as Laravel's
     /// `retriesLeft` reads it for the headers: the counter's new value, or
     /// 0 when no counter is kept. A refusal carries the end its timer
     /// holds.
-    pub(crate) async fn take_one_or_window_end(
+    pub(crate) async fn take_or_window_end(
         &self,
         key: &str,
         decay_seconds: i64,
+        places: i64,
         max_attempts: i64,
     ) -> Result<(IncrementOutcome, Option<i64>), CacheError> {
         note_write();
+        // Below `max_attempts` before the count is at most `ceiling` after.
+        let ceiling = max_attempts.saturating_add(places - 1);
         let window = self.window(decay_seconds);
         if !window.opens() && max_attempts >= 1 {
             let key = cleaned(key);
             let counted = self
-                .count_in_no_window(&key, window, 1, max_attempts)
+                .count_in_no_window(&key, window, places, ceiling)
                 .await?;
             return Ok((counted.left_in_store(), counted.window_end));
         }
         if max_attempts < 1 {
             let outcome = self
-                .increment_if_below(key, decay_seconds, 1, max_attempts)
+                .increment_if_below(key, decay_seconds, places, ceiling)
                 .await?;
             return Ok((outcome, None));
         }
         let key = cleaned(key);
         let timer = TimerKey::of(&key);
-        let count = window.count(&key, timer.as_str(), 1, max_attempts);
+        let count = window.count(&key, timer.as_str(), places, ceiling);
         // A store that answers at once (memory) is asked without a future,
         // and read again only for a refusal.
         if let Some(outcome) = self.store.increment_in_window_without_waiting(count) {

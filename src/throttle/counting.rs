@@ -52,7 +52,7 @@ pub(super) async fn admit(
         && limit.counts_before_response()
     {
         // One limit: nothing to check first and nothing to order.
-        return Ok(match count(limiter, limit, request).await? {
+        return Ok(match count(limiter, limits, &[0], request).await? {
             Ok(count) => Admission::Admitted(OneOrMore::one(count)),
             Err(refused) => Admission::Refused(refused),
         });
@@ -85,13 +85,43 @@ pub(super) async fn admit(
         .collect();
     // A stable sort: ties keep list order.
     order.sort_by_key(|&i| limits[i].max_attempts.saturating_sub(counts[i]));
-    for i in order {
-        match count(limiter, &limits[i], request).await? {
-            Ok(count) => counts[i] = count,
+    for group in by_bucket(limits, order) {
+        match count(limiter, limits, &group, request).await? {
+            Ok(count) => group.iter().for_each(|&i| counts[i] = count),
             Err(refused) => return Ok(Admission::Refused(refused)),
         }
     }
     Ok(Admission::Admitted(counts.into()))
+}
+
+/// `order`'s limits gathered by the bucket their keys clean to, each group
+/// where its first limit stands in `order`, and in list order within it.
+/// A bucket that several limits count in is counted once for all of them:
+/// the request passed each one's check, and Laravel hits the key once for
+/// each, so the count adds one for each limit while the bucket is below
+/// the smallest of their maximums. Counted one limit at a time, the
+/// request's own first count would refuse it at its second (two limits of
+/// 3 in one bucket would admit one request a minute, where Laravel admits
+/// two).
+fn by_bucket(limits: &[Limit], order: Vec<usize>) -> Vec<Vec<usize>> {
+    if order.len() < 2 {
+        return order.into_iter().map(|i| vec![i]).collect();
+    }
+    let mut groups: Vec<(Cow<'_, str>, Vec<usize>)> = Vec::with_capacity(order.len());
+    for i in order {
+        let bucket = cleaned(&limits[i].key);
+        match groups.iter_mut().find(|(other, _)| *other == bucket) {
+            Some((_, group)) => group.push(i),
+            None => groups.push((bucket, vec![i])),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, mut group)| {
+            group.sort_unstable();
+            group
+        })
+        .collect()
 }
 
 /// Counts the request against each limit with an [`after`](Limit::after)
@@ -116,7 +146,7 @@ pub(super) async fn count_after(
     // store, which a window of no time keeps none of.
     let outcomes = try_join_all(accepted.iter().map(|&i| {
         let limit = &limits[i];
-        limiter.take_one_or_window_end(&limit.key, limit.decay_seconds, limit.max_attempts)
+        limiter.take_or_window_end(&limit.key, limit.decay_seconds, 1, limit.max_attempts)
     }))
     .await?;
     for (i, (outcome, _)) in accepted.into_iter().zip(outcomes) {
@@ -167,15 +197,30 @@ pub(super) async fn read_again(
     Ok(())
 }
 
-/// Counts one request against `limit`: `Ok(count)` when it counted, else
-/// the refusal.
+/// Counts one request against the limits `group` of `limits` names, which
+/// count in one bucket (in list order; most often one limit): one place
+/// for each, while the bucket holds fewer than the smallest of their
+/// maximums, in a window of the first one's decay, which opens it as
+/// Laravel's first hit does. `Ok(count)` when it counted, else the refusal
+/// of the limit with the smallest maximum.
 async fn count(
     limiter: &CacheRateLimiter,
-    limit: &Limit,
+    limits: &[Limit],
+    group: &[usize],
     request: &Request,
 ) -> Result<Result<i64, HttpResponse>, CacheError> {
-    let (key, decay, max) = (&limit.key, limit.decay_seconds, limit.max_attempts);
-    let (outcome, window_end) = limiter.take_one_or_window_end(key, decay, max).await?;
+    let limit = group
+        .iter()
+        .map(|&i| &limits[i])
+        .min_by_key(|limit| limit.max_attempts)
+        .expect("a group holds a limit");
+    let places = i64::try_from(group.len()).unwrap_or(i64::MAX);
+    let (key, decay, max) = (
+        &limit.key,
+        limits[group[0]].decay_seconds,
+        limit.max_attempts,
+    );
+    let (outcome, window_end) = limiter.take_or_window_end(key, decay, places, max).await?;
     if outcome.counted {
         return Ok(Ok(outcome.count));
     }
@@ -192,7 +237,10 @@ async fn count(
     if let Some(refused) = refusal_if_full(limiter, limit, request).await? {
         return Ok(Err(refused));
     }
-    let outcome = limiter.increment_if_below(key, decay, 1, max).await?;
+    let ceiling = max.saturating_add(places - 1);
+    let outcome = limiter
+        .increment_if_below(key, decay, places, ceiling)
+        .await?;
     if outcome.counted {
         return Ok(Ok(outcome.count));
     }
