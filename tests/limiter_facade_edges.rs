@@ -613,3 +613,30 @@ async fn a_burst_of_failed_logins_is_bounded_by_a_limit_counted_on_arrival() {
         })
         .await;
 }
+
+/// A limit with a window of no time listed before a per-minute limit whose
+/// key cleans to the same bucket: Laravel's first hit (decay 0) leaves
+/// nothing, its second (decay 60) opens the minute and counts 1, so the
+/// minute's limit of 3 admits two requests and refuses the third.
+#[tokio::test]
+async fn a_window_of_no_time_beside_a_minute_in_one_bucket_still_limits() {
+    let clock = clock_at(12, 0, 0);
+    memory_app(&clock)
+        .scope(async {
+            RateLimiter::define("api", |_req| {
+                vec![
+                    Limit::per_second(3, 0).by("caf\u{e9}"),
+                    Limit::per_minute(3).by("cafe"),
+                ]
+                .into()
+            });
+            let router = ok_routes(&["/x"]).middleware(ThrottleRequestsMiddleware::by_name("api"));
+            let mut statuses = Vec::new();
+            for _ in 0..4 {
+                statuses.push(get(&router, "/x").await.status_code());
+            }
+            assert_eq!(statuses, [200, 200, 429, 429]);
+            assert_eq!(RateLimiter::attempts("api:cafe").await.unwrap(), 3);
+        })
+        .await;
+}

@@ -1235,3 +1235,102 @@ async fn a_thousand_sockets_opened_and_closed_every_way_leave_no_place_taken() {
     }
     assert_eq!(cap.addresses_open(), 0);
 }
+
+/// Reads the whole body before the handler, as a middleware that checks a
+/// signature or logs the body does.
+struct ReadsTheBody;
+
+#[suprnova::async_trait]
+impl suprnova::Middleware for ReadsTheBody {
+    async fn handle(
+        &self,
+        mut request: suprnova::Request,
+        next: suprnova::Next,
+    ) -> suprnova::Response {
+        let _ = request.text().await;
+        next(request).await
+    }
+}
+
+/// Keeps the socket open until the peer closes it.
+struct Stay;
+
+#[suprnova::async_trait]
+impl suprnova::ws::WebSocketHandler for Stay {
+    async fn on_socket(&self, mut socket: suprnova::ws::WebSocket) {
+        while let Some(Ok(_)) = socket.recv().await {}
+    }
+}
+
+/// "A socket counts from the moment the middleware lets the upgrade pass
+/// until the session of the socket ends": a later middleware on the route
+/// that reads the (empty) body of the handshake does not give the socket's
+/// place back, and a second socket from the address is refused.
+#[tokio::test]
+async fn a_socket_keeps_its_place_when_a_middleware_reads_the_handshake_body() {
+    use std::time::Duration;
+    use suprnova::rate_limit::RateLimitMiddleware;
+    use tokio::net::TcpSocket;
+
+    let cap = RateLimitMiddleware::connections_per_ip(1);
+    let router = suprnova::ws!("/ws", Stay)
+        .middleware(cap.clone())
+        .middleware(ReadsTheBody);
+    let server = support::http::TestServer::start(router).await;
+    let addr = server.addr();
+    let open = || async move {
+        let socket = TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let stream = socket.connect(addr).await.unwrap();
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio_tungstenite::client_async(format!("ws://{addr}/ws"), stream),
+        )
+        .await
+        .expect("the handshake did not finish in time")
+    };
+    let first = open().await.expect("the first socket opens");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(cap.open_for("127.0.0.1".parse().unwrap()), 1);
+    let second = open().await;
+    let status = match &second {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => response.status().as_u16(),
+        Err(other) => panic!("{other}"),
+        Ok(_) => 101,
+    };
+    assert_eq!(status, 429);
+    drop(second);
+    drop(first);
+    server.stop().await;
+}
+
+/// "A request, while it is handled. The place is given back when the
+/// handler drops or consumes the request": a middleware that reads the body
+/// before the handler is not the handler, and a request the handler still
+/// holds keeps its place, so a second request from the address is refused.
+#[tokio::test]
+async fn a_request_keeps_its_place_when_a_middleware_reads_its_body() {
+    use support::held::{Gate, entered};
+
+    let cap = suprnova::rate_limit::RateLimitMiddleware::connections_per_ip(1);
+    let (gate, mut started) = Gate::new();
+    let router = std::sync::Arc::new(gate.router("/slow", &cap).middleware(ReadsTheBody));
+    let first = tokio::spawn({
+        let router = router.clone();
+        async move {
+            handle_request_with_peer(&router, get("/slow"), peer("203.0.113.5:40000"))
+                .await
+                .status_code()
+        }
+    });
+    entered(&mut started).await;
+    assert_eq!(cap.open_for("203.0.113.5".parse().unwrap()), 1);
+    assert_eq!(
+        handle_request_with_peer(&router, get("/slow"), peer("203.0.113.5:40000"))
+            .await
+            .status_code(),
+        429
+    );
+    gate.release(2);
+    assert_eq!(first.await.unwrap(), 200);
+}

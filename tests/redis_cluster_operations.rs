@@ -936,3 +936,41 @@ async fn a_route_lets_exactly_its_limit_through_while_its_slot_moves() {
     .await;
     tallies[0].assert_exact("route");
 }
+
+/// One node of a Redis Cluster given as a single URL answers `MOVED` for a
+/// key of another node's slot, and keeps answering it: the call fails at
+/// once with Redis's answer, as it did, and is not sent again until its
+/// deadline to fail as a timeout.
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn a_single_node_that_answers_moved_fails_at_once_with_its_answer() {
+    use std::time::{Duration, Instant};
+    use suprnova::redis_client::{RedisBackendError, RedisConfig, RedisConnection};
+
+    let cluster = support::redis::RedisCluster::start(3);
+    let ports = cluster.ports();
+    let key = (0..1000)
+        .map(|i| format!("k{i}"))
+        .find(|key| cluster.node_of(key) != ports[0])
+        .unwrap();
+    let mut config = RedisConfig::from_url(&format!("redis://127.0.0.1:{}", ports[0])).unwrap();
+    config.connect_timeout = Duration::from_millis(500);
+    config.response_timeout = Duration::from_millis(500);
+    let conn = RedisConnection::new(config).unwrap();
+    let started = Instant::now();
+    let answer = conn
+        .query::<Option<String>>(redis::cmd("GET").arg(&key))
+        .await;
+    let took = started.elapsed();
+    let error = answer.unwrap_err();
+    assert!(
+        !matches!(error, RedisBackendError::Timeout(_)),
+        "MOVED reported as {error}"
+    );
+    assert!(
+        matches!(&error, RedisBackendError::Redis(e)
+            if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::Moved)),
+        "{error}"
+    );
+    assert!(took < Duration::from_millis(300), "took {took:?}");
+}

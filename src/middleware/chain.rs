@@ -59,6 +59,8 @@ pub(crate) fn run_chain<H: ChainHandle>(
 ) -> BoxFuture<'static, Response> {
     let chain = handle.chain();
     if from >= chain.stack.len() {
+        let mut request = request;
+        request.enter_handler();
         return chain.handler.call(request);
     }
     Box::pin(async move {

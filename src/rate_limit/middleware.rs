@@ -388,7 +388,7 @@ fn combine(decisions: Vec<Decision>) -> Decision {
 impl Middleware for RateLimitMiddleware {
     async fn handle(&self, mut request: Request, next: Next) -> Response {
         if let Some(cap) = self.body_cap
-            && let Err(error) = request.buffer_body(cap).await
+            && let Err(error) = request.body_bytes(cap).await
         {
             return Err(error.to_response());
         }

@@ -382,15 +382,18 @@ impl RedisConnection {
                     answered => answered,
                 };
                 match answered {
-                    // A slot on the move: no node ran the call. redis-rs
-                    // follows one redirection, and sends a redirection's
-                    // ASKING apart from its command, so that a call beside
-                    // it can take the ASKING and be told MOVED back to the
-                    // node it left; the call is sent again, a little later
-                    // each time, until the move is over or the deadline.
-                    Err(e) if redirected_away(&e) => {
-                        redirected += 1;
+                    // A cluster's slot on the move: no node ran the call.
+                    // redis-rs follows one redirection, and sends a
+                    // redirection's ASKING apart from its command, so that
+                    // a call beside it can take the ASKING and be told
+                    // MOVED back to the node it left; the call is sent
+                    // again, a little later each time, until the move is
+                    // over or the deadline. (One node given by its URL
+                    // that answers MOVED is a cluster's node: it would
+                    // answer so again, and the answer is the error.)
+                    Err(e) if redirected_away(&e) && matches!(used, Used::Cluster(..)) => {
                         let pause = Duration::from_millis(1 << redirected.min(4));
+                        redirected += 1;
                         tokio::time::sleep(pause).await;
                     }
                     answered => return answered,

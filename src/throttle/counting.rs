@@ -94,22 +94,27 @@ pub(super) async fn admit(
     Ok(Admission::Admitted(counts.into()))
 }
 
-/// `order`'s limits gathered by the bucket their keys clean to, each group
-/// where its first limit stands in `order`, and in list order within it.
-/// A bucket that several limits count in is counted once for all of them:
-/// the request passed each one's check, and Laravel hits the key once for
-/// each, so the count adds one for each limit while the bucket is below
-/// the smallest of their maximums. Counted one limit at a time, the
-/// request's own first count would refuse it at its second (two limits of
-/// 3 in one bucket would admit one request a minute, where Laravel admits
-/// two).
+/// A bucket a limit counts in: its cleaned key, and its window in seconds.
+type Bucket<'a> = (Cow<'a, str>, i64);
+
+/// `order`'s limits gathered by the bucket their keys clean to and their
+/// window, each group where its first limit stands in `order`, and in list
+/// order within it. A bucket that several limits of one window count in is
+/// counted once for all of them: the request passed each one's check, and
+/// Laravel hits the key once for each, so the count adds one for each
+/// limit while the bucket is below the smallest of their maximums.
+/// Counted one limit at a time, the request's own first count would refuse
+/// it at its second (two limits of 3 in one bucket would admit one request
+/// a minute, where Laravel admits two). Limits of one bucket with other
+/// windows (keys that clean alike) count apart, each in its own window, as
+/// Laravel's hits do.
 fn by_bucket(limits: &[Limit], order: Vec<usize>) -> Vec<Vec<usize>> {
     if order.len() < 2 {
         return order.into_iter().map(|i| vec![i]).collect();
     }
-    let mut groups: Vec<(Cow<'_, str>, Vec<usize>)> = Vec::with_capacity(order.len());
+    let mut groups: Vec<(Bucket<'_>, Vec<usize>)> = Vec::with_capacity(order.len());
     for i in order {
-        let bucket = cleaned(&limits[i].key);
+        let bucket = (cleaned(&limits[i].key), limits[i].decay_seconds);
         match groups.iter_mut().find(|(other, _)| *other == bucket) {
             Some((_, group)) => group.push(i),
             None => groups.push((bucket, vec![i])),
@@ -198,11 +203,10 @@ pub(super) async fn read_again(
 }
 
 /// Counts one request against the limits `group` of `limits` names, which
-/// count in one bucket (in list order; most often one limit): one place
-/// for each, while the bucket holds fewer than the smallest of their
-/// maximums, in a window of the first one's decay, which opens it as
-/// Laravel's first hit does. `Ok(count)` when it counted, else the refusal
-/// of the limit with the smallest maximum.
+/// count in one bucket and one window (in list order; most often one
+/// limit): one place for each, while the bucket holds fewer than the
+/// smallest of their maximums. `Ok(count)` when it counted, else the
+/// refusal of the limit with the smallest maximum.
 async fn count(
     limiter: &CacheRateLimiter,
     limits: &[Limit],
