@@ -2,8 +2,9 @@
 //! password reset, the phone number of an SMS code.
 
 use std::cell::RefCell;
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::fmt;
+use std::ops::ControlFlow;
 
 use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
 use unicode_normalization::UnicodeNormalization;
@@ -117,19 +118,40 @@ fn id_key(namespace: &str, normalised: &str) -> String {
     format!("{namespace}:id:{}", sha256_hex(normalised))
 }
 
+/// Enough distinct identities to decide a key: with three, more change
+/// nothing ([`identity_key`] counts the request in no bucket).
+const ENOUGH_IDENTITIES: usize = 3;
+
 /// Every distinct, normalised, non-blank value of `field`, from the query
-/// string and the buffered body.
+/// string and the buffered body, up to [`ENOUGH_IDENTITIES`]: the readings
+/// stop once that many are found, so a body built to be read many ways
+/// costs no more than the identities it can name.
 fn identities(req: &Request, field: &str) -> BTreeSet<String> {
-    let mut values = req.query_params(field);
-    if let Some(body) = req.buffered_body() {
-        values.extend(body_values(body, req.header("content-type"), field));
+    let mut found = BTreeSet::new();
+    let mut add = |value: String| {
+        let value = normalised(&value);
+        if !value.is_empty() {
+            found.insert(value);
+        }
+        if found.len() >= ENOUGH_IDENTITIES {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    };
+    let query = req.query_params(field).into_iter().try_for_each(&mut add);
+    if query.is_continue()
+        && let Some(body) = req.buffered_body()
+    {
+        // Stopped or not, what was found is the answer.
+        let _ = body_values(body, req.header("content-type"), field, &mut add);
     }
-    values
-        .iter()
-        .map(|v| normalised(v))
-        .filter(|v| !v.is_empty())
-        .collect()
+    found
 }
+
+/// Where the values a reading finds go, one at a time: `Break` when no more
+/// are needed.
+type Sink<'s> = dyn FnMut(String) -> ControlFlow<()> + 's;
 
 /// A value as its bucket knows it: trimmed as Laravel's `TrimStrings`
 /// trims it, put in Unicode normal form C, lowercased, and put in normal
@@ -171,23 +193,34 @@ fn laravel_trimmed(value: &str) -> &str {
 /// that is also a JSON object (`{"x":"&email=victim&"}`) or opens like a
 /// multipart boundary (`--x\r\n&email=victim`) names the mailbox its form
 /// names. Values that differ between readings are two identities.
-fn body_values(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<String> {
+///
+/// Each value goes to `sink` as it is found; a part that several splits or
+/// openings find is read once.
+fn body_values(
+    body: &[u8],
+    content_type: Option<&str>,
+    field: &str,
+    sink: &mut Sink<'_>,
+) -> ControlFlow<()> {
     if body.is_empty() {
-        return Vec::new();
+        return ControlFlow::Continue(());
     }
     let json = json_values(body, field);
-    let mut values = form_values(body, field, json.is_some());
-    values.extend(json.unwrap_or_default());
+    form_values(body, field, json.is_some())
+        .into_iter()
+        .chain(json.unwrap_or_default())
+        .try_for_each(&mut *sink)?;
     let mut boundaries = content_type.map(labelled_boundaries).unwrap_or_default();
     if let Some(opened) = first_line_boundary(body)
         && !boundaries.iter().any(|b| b == opened)
     {
         boundaries.push(opened.to_vec());
     }
+    let mut read = HashSet::new();
     for boundary in &boundaries {
-        values.extend(multipart_values(body, boundary, field));
+        multipart_values(body, boundary, field, &mut read, sink)?;
     }
-    values
+    ControlFlow::Continue(())
 }
 
 /// The boundaries a `multipart/*` `Content-Type` gives, read as a parser
@@ -402,14 +435,22 @@ fn parameter<'a>(param: &'a str, name: &str) -> Option<&'a str> {
 /// since a handler reads a part by its name. The parts are read from each
 /// place a parser may take the body to open ([`openings`]), the values of
 /// every reading counted.
-fn multipart_values(body: &[u8], boundary: &[u8], field: &str) -> Vec<String> {
+///
+/// `read` holds the parts already read (their place and length in
+/// `body`), by this split or another.
+fn multipart_values(
+    body: &[u8],
+    boundary: &[u8],
+    field: &str,
+    read: &mut HashSet<(usize, usize)>,
+    sink: &mut Sink<'_>,
+) -> ControlFlow<()> {
     let mut delimiter = b"\r\n--".to_vec();
     delimiter.extend_from_slice(boundary);
-    let mut values = Vec::new();
     for opened in openings(body, &delimiter) {
-        values.extend(parts_values(&body[opened..], &delimiter, field));
+        parts_values(body, opened, &delimiter, field, read, sink)?;
     }
-    values
+    ControlFlow::Continue(())
 }
 
 /// Where the first `--<boundary>` of a body may be taken to stand, given
@@ -430,16 +471,24 @@ fn openings(body: &[u8], delimiter: &[u8]) -> Vec<usize> {
     at
 }
 
-/// The values of the parts named `field` of a body that opens with its
-/// first `--<boundary>` line, split by `delimiter` (`\r\n--<boundary>`).
-/// A part is named `field` when its `Content-Disposition` names it by any
-/// reading: its parameters as RFC 7578 writes them ([`parameter`]), or
-/// multer's ([`multer_name`]). Each value is read as text by each reading
-/// a handler may make of it ([`part_texts`]).
-fn parts_values(body: &[u8], delimiter: &[u8], field: &str) -> Vec<String> {
-    let mut values = Vec::new();
-    let Some(mut rest) = find(body, b"\r\n").map(|end| &body[end + 2..]) else {
-        return values;
+/// The values of the parts named `field` of `body` from `opened`, where it
+/// opens with its first `--<boundary>` line, split by `delimiter`
+/// (`\r\n--<boundary>`). A part is named `field` when its
+/// `Content-Disposition` names it by any reading: its parameters as RFC
+/// 7578 writes them ([`parameter`]), or multer's ([`multer_name`]). Each
+/// value is read as text by each reading a handler may make of it
+/// ([`part_texts`]), unless `read` shows the part read already.
+fn parts_values(
+    body: &[u8],
+    opened: usize,
+    delimiter: &[u8],
+    field: &str,
+    read: &mut HashSet<(usize, usize)>,
+    sink: &mut Sink<'_>,
+) -> ControlFlow<()> {
+    let from = &body[opened..];
+    let Some(mut rest) = find(from, b"\r\n").map(|end| &from[end + 2..]) else {
+        return ControlFlow::Continue(());
     };
     loop {
         let part_ends = find(rest, delimiter).unwrap_or(rest.len());
@@ -453,8 +502,13 @@ fn parts_values(body: &[u8], delimiter: &[u8], field: &str) -> Vec<String> {
                     .any(|name| name == field)
                     || multer_name(value).is_some_and(|name| name == field)
             });
-            if named {
-                values.extend(part_texts(&headers, &part[headers_end + 4..]));
+            // The part's place in the body: the same part found by
+            // another split or opening is not read again.
+            let place = (body.len() - rest.len(), part.len());
+            if named && read.insert(place) {
+                part_texts(&headers, &part[headers_end + 4..])
+                    .into_iter()
+                    .try_for_each(&mut *sink)?;
             }
         }
         if part_ends + delimiter.len() >= rest.len() {
@@ -466,7 +520,7 @@ fn parts_values(body: &[u8], delimiter: &[u8], field: &str) -> Vec<String> {
         }
         rest = rest.strip_prefix(b"\r\n").unwrap_or(rest);
     }
-    values
+    ControlFlow::Continue(())
 }
 
 /// The values of every header `name` (its case ignored) of a part's
@@ -526,22 +580,26 @@ fn multer_name(disposition: &str) -> Option<String> {
 /// bytes as UTF-8, invalid sequences replaced; and as multer's
 /// `Field::text()` decodes it, by the `charset` parameter of the part's own
 /// `Content-Type` (a label `encoding_rs` knows, UTF-8 when there is none or
-/// it knows none), a byte order mark overriding it. Each `charset` a
-/// `Content-Type` line gives is tried, and UTF-8 with its byte order mark
-/// read too, for a parser that finds no charset it takes. The same text
-/// read twice is one value; two texts are two identities.
+/// it knows none), a byte order mark overriding it. The first and the last
+/// `charset` the part's `Content-Type` lines give are tried (a parser
+/// takes one `Content-Type` and one `charset`, the first or the last), and
+/// UTF-8 with its byte order mark read too, for a parser that finds no
+/// charset it takes: at most four texts, however many a part lists. The
+/// same text read twice is one value; two texts are two identities.
 fn part_texts(headers: &str, value: &[u8]) -> Vec<String> {
-    let mut encodings = vec![encoding_rs::UTF_8];
-    for content_type in part_headers(headers, "content-type") {
-        for charset in parameters(content_type)
+    let mut charsets = part_headers(headers, "content-type").flat_map(|content_type| {
+        parameters(content_type)
             .skip(1)
             .filter_map(|param| parameter(param, "charset"))
-        {
-            let encoding =
-                encoding_rs::Encoding::for_label(charset.as_bytes()).unwrap_or(encoding_rs::UTF_8);
-            if !encodings.contains(&encoding) {
-                encodings.push(encoding);
-            }
+    });
+    let first = charsets.next();
+    let last = charsets.last();
+    let mut encodings = vec![encoding_rs::UTF_8];
+    for charset in first.into_iter().chain(last) {
+        let encoding =
+            encoding_rs::Encoding::for_label(charset.as_bytes()).unwrap_or(encoding_rs::UTF_8);
+        if !encodings.contains(&encoding) {
+            encodings.push(encoding);
         }
     }
     let mut texts = vec![String::from_utf8_lossy(value).into_owned()];
@@ -696,8 +754,18 @@ mod tests {
     }
 
     fn labelled(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<String> {
-        let mut values = body_values(body, content_type, field);
+        let mut values = every_value(body, content_type, field);
         values.sort();
+        values
+    }
+
+    /// Every value the readings of `body` find, in their order.
+    fn every_value(body: &[u8], content_type: Option<&str>, field: &str) -> Vec<String> {
+        let mut values = Vec::new();
+        let _ = body_values(body, content_type, field, &mut |value| {
+            values.push(value);
+            ControlFlow::Continue(())
+        });
         values
     }
 
@@ -850,7 +918,7 @@ victim@example.com\r\n\
         assert!(labelled_boundaries(label).contains(&b"a\\".to_vec()));
         let body = b"--a\\\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\nvictim@mail.test\r\n--a\\--\r\n";
         assert_eq!(
-            body_values(body, Some(label), "email"),
+            every_value(body, Some(label), "email"),
             vec!["victim@mail.test"]
         );
         assert!(labelled_boundaries("text/plain; boundary=x").is_empty());
@@ -887,7 +955,7 @@ victim@example.com\r\n\
             ),
         ] {
             assert_eq!(
-                body_values(body.as_bytes(), Some(label), "email"),
+                every_value(body.as_bytes(), Some(label), "email"),
                 vec!["victim@mail.test"],
                 "{label}"
             );
@@ -946,8 +1014,8 @@ victim@example.com\r\n\
         let body = b"pre--b\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\na@x\r\n\
 --b\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\nb@x\r\n--b--\r\n";
         // RFC 2046's reading opens at the second part, multer's at the
-        // first: both read the second.
-        assert_eq!(labelled(body, label, "email"), vec!["a@x", "b@x", "b@x"]);
+        // first: both find the second, which is read once.
+        assert_eq!(labelled(body, label, "email"), vec!["a@x", "b@x"]);
     }
 
     #[test]
