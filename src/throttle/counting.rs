@@ -219,11 +219,7 @@ async fn count(
         .min_by_key(|limit| limit.max_attempts)
         .expect("a group holds a limit");
     let places = i64::try_from(group.len()).unwrap_or(i64::MAX);
-    let (key, decay, max) = (
-        &limit.key,
-        limits[group[0]].decay_seconds,
-        limit.max_attempts,
-    );
+    let (key, decay, max) = (&limit.key, limit.decay_seconds, limit.max_attempts);
     let (outcome, window_end) = limiter.take_or_window_end(key, decay, places, max).await?;
     if outcome.counted {
         return Ok(Ok(outcome.count));
