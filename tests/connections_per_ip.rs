@@ -3,8 +3,8 @@
 
 mod support;
 
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
+use support::{ip, peer};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -29,14 +29,6 @@ fn spawn_get(
 
 fn get(path: &str) -> http::Request<Full<Bytes>> {
     http::Request::get(path).body(Full::default()).unwrap()
-}
-
-fn peer(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
 }
 
 #[tokio::test]

@@ -8,6 +8,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+use support::peer;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -28,10 +29,6 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 fn get(path: &str) -> http::Request<Full<Bytes>> {
     http::Request::get(path).body(Full::default()).unwrap()
-}
-
-fn peer(s: &str) -> SocketAddr {
-    s.parse().unwrap()
 }
 
 fn ok(_req: Request) -> std::future::Ready<HttpResponse> {

@@ -10,6 +10,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
+use support::{ip, peer};
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -35,14 +36,6 @@ const MINUTE: Duration = Duration::from_secs(60);
 
 fn get(path: &str) -> http::Request<Full<Bytes>> {
     http::Request::get(path).body(Full::default()).unwrap()
-}
-
-fn peer(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
 }
 
 fn memory(clock: &FakeClock) -> Arc<dyn RateLimiterDriver> {
@@ -114,6 +107,16 @@ fn counted_route(runs: &Arc<AtomicUsize>) -> Router {
         runs.fetch_add(1, Ordering::SeqCst);
         async { HttpResponse::text("ok") }
     })
+}
+
+/// A limit of `config` on `driver` that counts every request in the
+/// bucket `key`.
+fn on_key(
+    driver: &Arc<dyn RateLimiterDriver>,
+    config: SlidingWindowConfig,
+    key: &'static str,
+) -> RateLimitMiddleware {
+    RateLimitMiddleware::new(driver.clone(), config, move |_| key.to_owned())
 }
 
 fn no_rate_limit_headers(r: &HttpResponse) -> bool {
@@ -951,10 +954,10 @@ async fn stacked_limits_report_the_one_with_the_fewest_left() {
     let driver = memory(&clock);
     let runs = Arc::new(AtomicUsize::new(0));
     let router = counted_route(&runs)
-        .middleware(RateLimitMiddleware::new(
-            driver.clone(),
+        .middleware(on_key(
+            &driver,
             SlidingWindowConfig::new(5, MINUTE),
-            |_| "outer".to_owned(),
+            "outer",
         ))
         .middleware(RateLimitMiddleware::new(
             driver.clone(),
@@ -1029,15 +1032,15 @@ async fn an_inner_refusal_carries_the_inner_headers_whole() {
     let driver = memory(&clock);
     let runs = Arc::new(AtomicUsize::new(0));
     let router = counted_route(&runs)
-        .middleware(RateLimitMiddleware::new(
-            driver.clone(),
+        .middleware(on_key(
+            &driver,
             SlidingWindowConfig::new(100, MINUTE),
-            |_| "wide".to_owned(),
+            "wide",
         ))
-        .middleware(RateLimitMiddleware::new(
-            driver.clone(),
+        .middleware(on_key(
+            &driver,
             SlidingWindowConfig::new(1, Duration::from_millis(2500)),
-            |_| "tight".to_owned(),
+            "tight",
         ));
     let server = TestServer::start(router).await;
     let r = server.get("/r").await;
@@ -1057,10 +1060,10 @@ async fn an_inner_refusal_carries_the_inner_headers_whole() {
     assert_eq!(r.status, 200);
     assert_eq!(r.header("x-ratelimit-limit"), Some("1"));
     // The wide bucket counted all three, the refused one too.
-    let wide_only = counted_route(&runs).middleware(RateLimitMiddleware::new(
-        driver.clone(),
+    let wide_only = counted_route(&runs).middleware(on_key(
+        &driver,
         SlidingWindowConfig::new(100, MINUTE),
-        |_| "wide".to_owned(),
+        "wide",
     ));
     let r = handle_request(&wide_only, get("/r")).await;
     assert_eq!(r.header_str("x-ratelimit-remaining"), Some("96"));

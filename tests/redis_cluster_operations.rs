@@ -470,6 +470,15 @@ async fn decide_while(
         .collect()
 }
 
+/// The driver on keys `{hot}:d0`.. and the cache store on `{hot}:f0`..,
+/// under `prefix`.
+fn both_sides(url: &str, prefix: &str) -> Vec<(Side, Vec<String>)> {
+    vec![
+        (Side::Driver(driver(url, prefix)), rotating("d")),
+        (Side::Facade(facade(url, prefix)), rotating("f")),
+    ]
+}
+
 fn rotating(stem: &str) -> Vec<String> {
     (0..60).map(|i| format!("{{hot}}:{stem}{i}")).collect()
 }
@@ -684,20 +693,14 @@ async fn a_failover_to_the_replica_keeps_counts_and_decisions() {
     wait_until("the replica to hold the counts", || {
         caught_up(master, replica_port)
     });
-    let tallies = decide_while(
-        vec![
-            (Side::Driver(driver(&url, &prefix)), rotating("d")),
-            (Side::Facade(facade(&url, &prefix)), rotating("f")),
-        ],
-        move || {
-            std::thread::sleep(Duration::from_millis(600));
-            ok(replica_port, "CLUSTER FAILOVER");
-            wait_until("the replica to be the master", || {
-                role(replica_port) == "master" && role(master) == "slave"
-            });
-            std::thread::sleep(Duration::from_millis(900));
-        },
-    )
+    let tallies = decide_while(both_sides(&url, &prefix), move || {
+        std::thread::sleep(Duration::from_millis(600));
+        ok(replica_port, "CLUSTER FAILOVER");
+        wait_until("the replica to be the master", || {
+            role(replica_port) == "master" && role(master) == "slave"
+        });
+        std::thread::sleep(Duration::from_millis(900));
+    })
     .await;
     tallies[0].assert_exact("driver");
     tallies[1].assert_exact("facade");
@@ -728,17 +731,11 @@ async fn a_slot_moved_to_a_new_node_keeps_counts_and_limits() {
     let slot = slot_of("hot");
     let to = added.port;
     let masters = cluster.ports();
-    let tallies = decide_while(
-        vec![
-            (Side::Driver(driver(&url, &prefix)), rotating("d")),
-            (Side::Facade(facade(&url, &prefix)), rotating("f")),
-        ],
-        move || {
-            std::thread::sleep(Duration::from_millis(600));
-            move_slot(slot, from, to, &masters, Duration::from_millis(250));
-            std::thread::sleep(Duration::from_millis(600));
-        },
-    )
+    let tallies = decide_while(both_sides(&url, &prefix), move || {
+        std::thread::sleep(Duration::from_millis(600));
+        move_slot(slot, from, to, &masters, Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(600));
+    })
     .await;
     tallies[0].assert_exact("driver");
     tallies[1].assert_exact("facade");

@@ -6,8 +6,8 @@
 
 mod support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
+use support::peer;
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -16,10 +16,6 @@ use suprnova::container::App;
 use suprnova::limiter::CacheRateLimiter;
 use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, Router};
-
-fn peer(s: &str) -> SocketAddr {
-    s.parse().unwrap()
-}
 
 fn get(path: &str) -> http::Request<Full<Bytes>> {
     http::Request::get(path).body(Full::default()).unwrap()

@@ -13,6 +13,16 @@ pub mod redis;
 use chrono::{TimeZone, Utc};
 use suprnova::clock::FakeClock;
 
+/// The socket address written `s` (`203.0.113.5:4000`, `[::1]:80`).
+pub fn peer(s: &str) -> std::net::SocketAddr {
+    s.parse().unwrap()
+}
+
+/// The IP address written `s`.
+pub fn ip(s: &str) -> std::net::IpAddr {
+    s.parse().unwrap()
+}
+
 /// A fake clock frozen at 2026-01-01 `h:m:s` UTC.
 pub fn clock_at(h: u32, m: u32, s: u32) -> FakeClock {
     FakeClock::at(Utc.with_ymd_and_hms(2026, 1, 1, h, m, s).unwrap())
