@@ -35,8 +35,11 @@ impl SweepSchedule {
     pub(crate) fn claim(&self, now_ms: u64) -> bool {
         let next = self.next_at_ms.load(Ordering::Relaxed);
         // A clock set back by more than an interval would otherwise put the
-        // next sweep out of reach: treat it as due.
-        let due = now_ms >= next || next - now_ms > self.interval_ms;
+        // next sweep out of reach: treat it as due. A reading taken before
+        // the last sweep (by a call that read the clock, then waited for a
+        // lock the sweep held) is up to an interval older than that sweep,
+        // so only one older still is taken for a clock set back.
+        let due = now_ms >= next || next - now_ms > self.interval_ms.saturating_mul(2);
         due && self
             .next_at_ms
             .compare_exchange(
@@ -69,5 +72,16 @@ mod tests {
         assert!(schedule.claim(5_000));
         assert!(!schedule.claim(5_500));
         assert!(schedule.claim(6_000));
+    }
+
+    #[test]
+    fn a_reading_taken_before_the_last_sweep_does_not_sweep_again() {
+        let schedule = SweepSchedule::new(0, 1_000);
+        assert!(schedule.claim(1_000));
+        // Read before that sweep, by up to an interval: not a step back.
+        assert!(!schedule.claim(999));
+        assert!(!schedule.claim(1));
+        assert!(!schedule.claim(0));
+        assert!(schedule.claim(2_000));
     }
 }
