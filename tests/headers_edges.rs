@@ -384,7 +384,6 @@ async fn the_reported_pair_follows_the_limit_with_the_fewest_places() {
 /// guide says a maximum of 0 refuses every request; Laravel lets the first
 /// of each window through and refuses the rest. Either way the second
 /// failed login of a minute must be refused.
-// FAILS: a maximum of 0 with `after` never counts (its ceiling is 0), so its check never finds it full and every request reaches the handler
 #[tokio::test]
 async fn a_limit_of_zero_that_counts_after_the_response_still_refuses() {
     let clock = clock_at(12, 0, 0);
@@ -426,7 +425,6 @@ async fn a_limit_of_zero_that_counts_after_the_response_still_refuses() {
 /// with a whole window (`Retry-After` the window, the reset its end); the
 /// throttle tells the client to come back in one second, and at that
 /// second it is refused again, for ever.
-// FAILS: a limit of 0 on the throttle answers `Retry-After: 1` and a reset one second away, which never comes true
 #[tokio::test]
 async fn a_limit_of_zero_tells_the_client_to_wait_a_whole_window() {
     let clock = clock_at(12, 0, 0);

@@ -64,6 +64,10 @@ pub(super) async fn admit(
         let mut failed = None;
         let found = join_all(limits.iter().map(|l| limiter.attempts(&l.key))).await;
         for (i, (limit, found)) in limits.iter().zip(found).enumerate() {
+            if limit.max_attempts < 1 {
+                // Counted before or after its response, it admits nothing.
+                return Ok(Admission::Refused(admits_nothing(limiter, limit, request)));
+            }
             match found {
                 Ok(found) if found < limit.max_attempts => counts[i] = found,
                 Ok(_) => match refusal_if_full(limiter, limit, request).await {
@@ -218,6 +222,9 @@ async fn count(
         .map(|&i| &limits[i])
         .min_by_key(|limit| limit.max_attempts)
         .expect("a group holds a limit");
+    if limit.max_attempts < 1 {
+        return Ok(Err(admits_nothing(limiter, limit, request)));
+    }
     let places = i64::try_from(group.len()).unwrap_or(i64::MAX);
     let (key, decay, max) = (&limit.key, limit.decay_seconds, limit.max_attempts);
     let (outcome, window_end) = limiter.take_or_window_end(key, decay, places, max).await?;
@@ -231,9 +238,9 @@ async fn count(
         let available_in = ends_at.saturating_sub(now).max(0);
         return Ok(Err(refusal(limit, available_in, now, request)));
     }
-    // No window end came with the count (a timer that holds no integer, or
-    // a limit that admits nothing): Laravel's tooManyAttempts tells; a count
-    // whose timer is gone is reset by the count below, in its own step.
+    // No window end came with the count (a timer that holds no integer):
+    // Laravel's tooManyAttempts tells; a count whose timer is gone is reset
+    // by the count below, in its own step.
     if let Some(refused) = refusal_if_full(limiter, limit, request).await? {
         return Ok(Err(refused));
     }
@@ -244,10 +251,18 @@ async fn count(
     if outcome.counted {
         return Ok(Ok(outcome.count));
     }
-    // A limit that admits nothing (a maximum below 1).
+    // Filled meanwhile by concurrent requests: refused until its window ends.
     let available_in = limiter.available_in(key).await?;
     let now = limiter.clock().unix_seconds();
     Ok(Err(refusal(limit, available_in, now, request)))
+}
+
+/// The refusal of a limit that admits nothing (a maximum below 1): every
+/// request, asked to wait a whole window, since no window's end frees a
+/// place. Nothing is read or counted.
+fn admits_nothing(limiter: &CacheRateLimiter, limit: &Limit, request: &Request) -> HttpResponse {
+    let now = limiter.clock().unix_seconds();
+    refusal(limit, limit.decay_seconds.max(1), now, request)
 }
 
 /// The refusal of `limit` when its window is full (Laravel's
