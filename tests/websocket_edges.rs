@@ -1004,3 +1004,27 @@ async fn a_small_read_limit_still_answers_pings() {
     assert_eq!((opcode, payload), (PONG, b"12345678".to_vec()));
     server.stop().await;
 }
+
+/// A limit that reads the body for its key (`key_reads_body`) on a socket
+/// route reads the handshake's empty body and lets the upgrade through.
+#[tokio::test]
+async fn a_limit_that_reads_the_body_lets_the_upgrade_through() {
+    let clock = support::clock_at(12, 0, 0);
+    let app = suprnova::container::App::new();
+    app.install::<dyn RateLimiterDriver>(Arc::new(InMemoryRateLimiter::with_clock(clock.shared())));
+    app.scope(async {
+        let limit = RateLimitMiddleware::ip_based(5, Duration::from_secs(60)).key_reads_body(1024);
+        let server = TestServer::start(ws!("/ws", Echo).middleware(limit)).await;
+        let (mut client, headers) = connect(server.addr(), "/ws").await.unwrap();
+        assert_eq!(headers.get("x-ratelimit-remaining").unwrap(), "4");
+        client.send(Message::text("hi")).await.unwrap();
+        let back = within("the echo", Duration::from_secs(5), client.next()).await;
+        assert!(
+            matches!(back, Some(Ok(Message::Text(ref t))) if t.as_str() == "hi"),
+            "{back:?}"
+        );
+        drop(client);
+        server.stop().await;
+    })
+    .await;
+}
