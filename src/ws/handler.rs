@@ -9,7 +9,10 @@ use super::WebSocket;
 /// `on_socket` owns the socket for the session. The session ends when
 /// `on_socket` has returned and the socket is dropped (a handler may move it
 /// into a task of its own, and the session lasts until that task drops it);
-/// the close handshake is then completed for it.
+/// the close handshake is then completed for it. A handler that panics
+/// ends its session: the panic is logged, and the peer is sent a close
+/// frame with code 1011 (internal error), as a plain route's panic gets
+/// `500`.
 ///
 /// A peer that vanishes without closing is noticed when a read or a write
 /// fails: [`WebSocket::recv`] returns `None` or an error. The server's TCP

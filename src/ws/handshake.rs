@@ -48,12 +48,13 @@ pub(super) fn accept_key(request: &Request) -> Result<String, HttpResponse> {
             "400 Bad Request: a WebSocket handshake has no body (no Transfer-Encoding, and no Content-Length but 0)",
         ));
     }
-    if request.header("sec-websocket-version").map(str::trim) != Some(VERSION) {
+    if only_value(request, "sec-websocket-version") != Some(VERSION) {
         return Err(upgrade_required(
             "426 Upgrade Required: only WebSocket version 13 is supported (Sec-WebSocket-Version: 13)",
         ));
     }
-    match request.header("sec-websocket-key").map(str::trim) {
+    // RFC 6455, 11.3.1: the key appears once; two are a bad request (4.2.1).
+    match only_value(request, "sec-websocket-key") {
         Some(key) if is_nonce(key) => Ok(derive_accept_key(key.as_bytes())),
         _ => Err(bad_request(
             "400 Bad Request: Sec-WebSocket-Key must be 16 random bytes in base64",
@@ -86,6 +87,15 @@ fn has_token(request: &Request, header: &str, token: &str) -> bool {
                 .any(|item| item.trim().eq_ignore_ascii_case(token))
         })
     })
+}
+
+/// The value of `header`, trimmed, when the request has exactly one.
+fn only_value<'r>(request: &'r Request, header: &str) -> Option<&'r str> {
+    let mut values = request.headers().get_all(header).iter();
+    match (values.next(), values.next()) {
+        (Some(value), None) => value.to_str().ok().map(str::trim),
+        _ => None,
+    }
 }
 
 /// 16 bytes in base64 are 22 symbols and `==`.

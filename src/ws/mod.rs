@@ -66,7 +66,7 @@
 //! upgrade. The server waits for the sessions, within its
 //! [`SHUTDOWN_GRACE`](crate::server::SHUTDOWN_GRACE).
 //!
-//! A socket reads messages (and frames) of up to [`MAX_MESSAGE_SIZE`], 1 MiB
+//! A socket reads messages of up to [`MAX_MESSAGE_SIZE`], 1 MiB
 //! ([`route_with_max_message_size`] sets another): a larger one ends the
 //! read with an error and closes the socket with code 1009, a frame that
 //! breaks the protocol with 1002. A socket sends messages of up to

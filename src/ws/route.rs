@@ -11,7 +11,8 @@ use hyper::upgrade::OnUpgrade;
 use hyper_util::rt::TokioIo;
 use tokio::sync::{oneshot, watch};
 use tokio_tungstenite::WebSocketStream;
-use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 
 use super::handshake::accept_key;
 use super::socket::Stream;
@@ -23,7 +24,7 @@ use crate::{HttpResponse, Request, Router};
 /// the handler is done, before it drops the connection anyway.
 pub const CLOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The largest message, and frame, a socket of [`route`] reads: 1 MiB. A
+/// The largest message a socket of [`route`] reads: 1 MiB. A
 /// larger one ends the read with an error and closes the socket with code
 /// 1009, message too big, so that one socket cannot make the server hold
 /// more. [`route_with_max_message_size`] sets another.
@@ -36,6 +37,9 @@ pub const MAX_MESSAGE_SIZE: usize = 1 << 20;
 /// and never reads cannot grow the server's memory past it.
 pub const MAX_SEND_SIZE: usize = 16 << 20;
 
+/// The largest control frame (ping, pong, close) there is: RFC 6455, 5.5.
+const MAX_CONTROL_FRAME: usize = 125;
+
 /// What a socket gathers before it writes to the connection.
 const WRITE_BUFFER_SIZE: usize = 128 * 1024;
 
@@ -45,8 +49,11 @@ pub fn route<H: WebSocketHandler>(path: &str, handler: H) -> Router {
     route_with_max_message_size(path, handler, MAX_MESSAGE_SIZE)
 }
 
-/// [`route`], whose sockets read messages (and frames) of up to `bytes`
-/// rather than [`MAX_MESSAGE_SIZE`].
+/// [`route`], whose sockets read messages of up to `bytes` rather than
+/// [`MAX_MESSAGE_SIZE`]. A frame is refused as soon as its header says it
+/// is larger than `bytes`, or than a control frame's 125 bytes when
+/// `bytes` is smaller: a route that reads small messages (or none, with
+/// 0) still answers pings and takes the peer's close.
 ///
 /// ```
 /// use suprnova::ws::{WebSocket, WebSocketHandler, route_with_max_message_size};
@@ -74,7 +81,10 @@ pub fn route_with_max_message_size<H: WebSocketHandler>(
         .write_buffer_size(WRITE_BUFFER_SIZE)
         .max_write_buffer_size(WRITE_BUFFER_SIZE + MAX_SEND_SIZE)
         .max_message_size(Some(bytes))
-        .max_frame_size(Some(bytes));
+        // A frame as large as the message, or a control frame's 125 bytes
+        // (a ping, or the peer's close), whichever is larger: a route that
+        // reads small messages still answers pings and takes a close.
+        .max_frame_size(Some(bytes.max(MAX_CONTROL_FRAME)));
     Router::new().get(path, move |request: Request| {
         upgrade(handler.clone(), request, config)
     })
@@ -226,17 +236,17 @@ async fn run_session<H: WebSocketHandler>(session: Session<H>, confirmed: onesho
         session.client_ip,
         path.to_owned(),
     );
-    if AssertUnwindSafe(session.handler.on_socket(socket))
+    let panicked = AssertUnwindSafe(session.handler.on_socket(socket))
         .catch_unwind()
         .await
-        .is_err()
-    {
+        .is_err();
+    if panicked {
         tracing::error!(path, "a WebSocket handler panicked; closing its socket");
     }
     // The socket comes back when it is dropped, which may be later than the
     // handler's return if the handler moved it into a task of its own.
     if let Ok(stream) = given_back.await {
-        finish_close(stream).await;
+        finish_close(stream, panicked).await;
     }
     // Held until here: the holds and the server's flag end with the session.
     drop(session.holds);
@@ -245,12 +255,18 @@ async fn run_session<H: WebSocketHandler>(session: Session<H>, confirmed: onesho
 
 /// Completes the close handshake: sends our close frame (or flushes the
 /// answer to the peer's), then reads until the peer's close arrives or the
-/// connection ends, for at most [`CLOSE_TIMEOUT`].
-async fn finish_close(mut stream: Stream) {
+/// connection ends, for at most [`CLOSE_TIMEOUT`]. The frame has no code
+/// after a handler that returned, and 1011 (internal error, RFC 6455 7.4.1)
+/// after one that panicked.
+async fn finish_close(mut stream: Stream, panicked: bool) {
+    let frame = panicked.then(|| CloseFrame {
+        code: CloseCode::Error,
+        reason: "internal error".into(),
+    });
     let closing = async {
         // After the peer's close this fails (tungstenite sends nothing after
         // a close frame), and the read below flushes the queued answer.
-        let _ = stream.close(None).await;
+        let _ = stream.close(frame).await;
         while let Some(Ok(_)) = stream.next().await {}
     };
     if tokio::time::timeout(CLOSE_TIMEOUT, closing).await.is_err() {

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::net::IpAddr;
 
-use futures_util::{SinkExt, StreamExt};
+use futures_util::{FutureExt, SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
 use tokio::sync::{oneshot, watch};
@@ -85,6 +85,14 @@ impl WebSocket {
                 // when the socket drops, for at most CLOSE_TIMEOUT.
                 let _ = tokio::time::timeout(super::CLOSE_TIMEOUT, stream.flush()).await;
                 None
+            }
+            Ok(Message::Ping(payload)) => {
+                // The read only queues the pong; it goes out now, as soon as
+                // practical (RFC 6455, 5.5.2), not at the handler's next
+                // read or send. One try: a peer that does not read its
+                // pongs leaves them in the buffer, and the read goes on.
+                let _ = stream.flush().now_or_never();
+                Some(Ok(Message::Ping(payload)))
             }
             Err(TungsteniteError::ConnectionClosed | TungsteniteError::AlreadyClosed) => None,
             Err(error) => {
