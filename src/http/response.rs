@@ -167,9 +167,10 @@ impl HttpResponse {
     /// The body's length is known, and hyper writes it: a
     /// `Transfer-Encoding` the handler set is left out, and so is a
     /// `Content-Length` that differs from the body's (an empty body keeps
-    /// it, as the answer to a `HEAD` does). Sent as set, either would give
-    /// a head that disagrees with the body, and the client would read the
-    /// rest of the body as the next response.
+    /// it, as the answer to a `HEAD` does), or that a `1xx` or `204`
+    /// carries (RFC 9110, section 8.6: they have no content). Sent as set,
+    /// either would give a head that disagrees with the body, and the
+    /// client would read the rest of the body as the next response.
     pub fn into_http(self) -> http::Response<Full<Bytes>> {
         self.into_wire(Answering::Unknown)
     }
@@ -178,7 +179,9 @@ impl HttpResponse {
     /// it is a `HEAD` request, as the server sends it on either protocol.
     ///
     /// The answer to `HEAD` carries no content (RFC 9110, section 9.3.2),
-    /// with the `Content-Length` of the content a `GET` would have had:
+    /// with the `Content-Length` of the content a `GET` would have had (`0`
+    /// for none, and none on a `1xx` or `204`, or on a `304` that did not
+    /// set one):
     /// hyper leaves the content out over HTTP/1, but over HTTP/2 it would
     /// send it, and a client resets the stream. Any other answer with no
     /// content but a `304` keeps no `Content-Length` other than `0`: over
@@ -201,18 +204,36 @@ impl HttpResponse {
         let mut headers = *self.headers;
         let mut body = self.body;
         headers.remove(TRANSFER_ENCODING);
+        // RFC 9110, 8.6: no Content-Length on a 1xx or a 204, which have no
+        // content; a GET's 304 has one only as set, which HEAD's keeps too.
+        let has_no_content =
+            self.status.is_informational() || self.status == StatusCode::NO_CONTENT;
+        let gets_a_length = !has_no_content && self.status != StatusCode::NOT_MODIFIED;
         let length = headers.get(CONTENT_LENGTH);
-        if body.is_empty() {
+        if has_no_content {
+            if length.is_some() {
+                headers.remove(CONTENT_LENGTH);
+            }
+        } else if body.is_empty() {
             // A HEAD's answer (or one to a request not known) keeps its
-            // length; any other keeps none but 0, a 304's excepted.
+            // length; any other keeps none but 0, a 304's excepted. A HEAD's
+            // answer without one says 0, as a GET's does.
             if answering == Answering::Other
                 && self.status != StatusCode::NOT_MODIFIED
                 && length.is_some_and(|length| length.as_bytes() != b"0")
             {
                 headers.remove(CONTENT_LENGTH);
+            } else if head && gets_a_length && length.is_none() {
+                headers.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
             }
-        } else {
-            if length.is_some_and(|length| length.as_bytes() != body.len().to_string().as_bytes()) {
+        } else if length.is_some() {
+            // Every value, not the first alone: hyper checks them all.
+            let own = body.len().to_string();
+            if headers
+                .get_all(CONTENT_LENGTH)
+                .iter()
+                .any(|length| length.as_bytes() != own.as_bytes())
+            {
                 tracing::warn!(
                     length = ?headers.get(CONTENT_LENGTH),
                     body = body.len(),
@@ -220,10 +241,12 @@ impl HttpResponse {
                 );
                 headers.remove(CONTENT_LENGTH);
             }
-            if head {
+        }
+        if head && !body.is_empty() {
+            if gets_a_length {
                 headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-                body = Bytes::new();
             }
+            body = Bytes::new();
         }
         let mut response = http::Response::new(Full::new(body));
         *response.status_mut() = self.status;
