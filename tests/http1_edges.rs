@@ -16,75 +16,17 @@ use suprnova::container::App;
 use suprnova::http::TrustedProxies;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig};
-use suprnova::server::ServerError;
 use suprnova::{HttpResponse, Request, Router};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::oneshot;
-use tokio::task::JoinHandle;
 
 use support::clock_at;
+use support::http::{TestServer, TimedServer};
 
 /// How long any one answer, or the close of a connection, may take.
 const WAIT: Duration = Duration::from_secs(5);
 
 const MINUTE: Duration = Duration::from_secs(60);
-
-// ---------------------------------------------------------------------------
-// A server of the crate on a loopback port.
-
-/// The crate's server on `bind` (port 0), inside the container current at
-/// the call, until [`Serving::stop`].
-struct Serving {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: Option<JoinHandle<Result<(), ServerError>>>,
-}
-
-impl Serving {
-    async fn start(bind: &str, router: Router, period: Option<Duration>) -> Self {
-        let server = suprnova::server::bind(bind).await.unwrap();
-        let server = match period {
-            Some(period) => server.header_read_timeout(Some(period)),
-            None => server,
-        };
-        let addr = server.local_addr().unwrap();
-        let (stop, stopped) = oneshot::channel::<()>();
-        let app = App::current();
-        let task = tokio::spawn(app.scope(server.serve_with_shutdown(router, async {
-            let _ = stopped.await;
-        })));
-        Self {
-            addr,
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
-    async fn on_loopback(router: Router) -> Self {
-        Self::start("127.0.0.1:0", router, None).await
-    }
-
-    /// Signals the shutdown and waits (at most 10 s) for the server to
-    /// return.
-    async fn stop(mut self) {
-        let _ = self.stop.take().unwrap().send(());
-        let task = self.task.take().unwrap();
-        let returned = tokio::time::timeout(Duration::from_secs(10), task).await;
-        assert!(matches!(returned, Ok(Ok(Ok(())))), "{returned:?}");
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.abort();
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------
 // A client that writes its own bytes and reads answers as they come.
@@ -322,7 +264,7 @@ fn padded(text: &str, length: usize) -> String {
 #[tokio::test]
 async fn malformed_heads_get_400_and_the_connection_closed() {
     let smuggled = Served::default();
-    let server = Serving::on_loopback(routes(&smuggled)).await;
+    let server = TestServer::start(routes(&smuggled)).await;
     let heads: &[&[u8]] = &[
         b"G(T /smuggled HTTP/1.1\r\nHost: a\r\n\r\n",
         b"GET /smuggled HTTP/1.1\r\nHost: a\r\nNoColonHere\r\n\r\n",
@@ -339,7 +281,7 @@ async fn malformed_heads_get_400_and_the_connection_closed() {
     ];
     for head in heads {
         let shown = String::from_utf8_lossy(head);
-        let (mut conn, answer) = one_answer(server.addr, head).await;
+        let (mut conn, answer) = one_answer(server.addr(), head).await;
         let answer = answer.unwrap_or_else(|| panic!("no answer to {shown:?}"));
         assert_eq!(answer.status, 400, "{shown:?}: {answer:?}");
         assert!(conn.closed().await, "{shown:?}: the connection stays open");
@@ -354,13 +296,13 @@ async fn malformed_heads_get_400_and_the_connection_closed() {
 #[tokio::test]
 async fn overlong_targets_get_414_and_oversized_heads_431() {
     let smuggled = Served::default();
-    let server = Serving::on_loopback(routes(&smuggled)).await;
+    let server = TestServer::start(routes(&smuggled)).await;
 
     let long_target = format!(
         "GET /smuggled?{} HTTP/1.1\r\nHost: a\r\n\r\n",
         "q".repeat(70_000)
     );
-    let (mut conn, answer) = one_answer(server.addr, long_target).await;
+    let (mut conn, answer) = one_answer(server.addr(), long_target).await;
     assert_eq!(answer.unwrap().status, 414);
     assert!(conn.closed().await);
 
@@ -369,7 +311,7 @@ async fn overlong_targets_get_414_and_oversized_heads_431() {
         many.push_str(&format!("X-H{i}: v\r\n"));
     }
     many.push_str("\r\n");
-    let (mut conn, answer) = one_answer(server.addr, many).await;
+    let (mut conn, answer) = one_answer(server.addr(), many).await;
     assert_eq!(answer.unwrap().status, 431);
     assert!(conn.closed().await);
 
@@ -379,7 +321,7 @@ async fn overlong_targets_get_414_and_oversized_heads_431() {
         "GET /smuggled HTTP/1.1\r\nHost: a\r\nX-Big: {}\r\n\r\n",
         "b".repeat(500_000)
     );
-    let stream = TcpStream::connect(server.addr).await.unwrap();
+    let stream = TcpStream::connect(server.addr()).await.unwrap();
     let (mut read, mut write) = stream.into_split();
     let writer = tokio::spawn(async move {
         let _ = write.write_all(huge.as_bytes()).await;
@@ -411,7 +353,7 @@ async fn lenient_heads_are_served_as_written() {
             req.headers().get("x-latin").map_or(0, |v| v.len())
         ))
     });
-    let server = Serving::on_loopback(router).await;
+    let server = TestServer::start(router).await;
     let cases: &[(&[u8], &str)] = &[
         (b"GET /a HTTP/1.1\nHost: a\n\n", "alpha"),
         (
@@ -429,13 +371,13 @@ async fn lenient_heads_are_served_as_written() {
     ];
     for (head, body) in cases {
         let shown = String::from_utf8_lossy(head);
-        let (_conn, answer) = one_answer(server.addr, head).await;
+        let (_conn, answer) = one_answer(server.addr(), head).await;
         let answer = answer.unwrap_or_else(|| panic!("no answer to {shown:?}"));
         assert_eq!(answer.status, 200, "{shown:?}: {answer:?}");
         assert_eq!(answer.text(), *body, "{shown:?}");
     }
     // The server-wide OPTIONS reaches no route here: a 4xx, never a 5xx.
-    let (_conn, answer) = one_answer(server.addr, "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").await;
+    let (_conn, answer) = one_answer(server.addr(), "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").await;
     let status = answer.unwrap().status;
     assert!((400..500).contains(&status), "{status}");
     assert_eq!(smuggled.count(), 0);
@@ -468,13 +410,13 @@ async fn a_length_over_the_cap_gets_413_without_100_continue() {
             async { HttpResponse::text("keyed") }
         })
         .middleware(keyed);
-    let server = Serving::on_loopback(router).await;
+    let server = TestServer::start(router).await;
 
     for path in ["/echo", "/keyed"] {
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: a\r\nContent-Length: 1000\r\nExpect: 100-continue\r\n\r\n"
         );
-        let (mut conn, answer) = one_answer(server.addr, head).await;
+        let (mut conn, answer) = one_answer(server.addr(), head).await;
         let answer = answer.expect("an answer");
         assert_eq!(answer.status, 413, "{path}: {answer:?}");
         assert_eq!(answer.text(), "413 Payload Too Large");
@@ -483,7 +425,7 @@ async fn a_length_over_the_cap_gets_413_without_100_continue() {
     assert_eq!(reached.count(), 0);
 
     // Within the cap: 100, then the body, then the answer.
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send(
         "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nExpect: 100-continue\r\n\r\n",
     )
@@ -508,12 +450,12 @@ async fn an_upload_far_over_the_cap_sent_whole_still_gets_its_413() {
     use hyper_util::rt::TokioExecutor;
 
     let smuggled = Served::default();
-    let server = Serving::on_loopback(routes(&smuggled)).await;
+    let server = TestServer::start(routes(&smuggled)).await;
     let size = 8_000_000;
     for path in ["/echo", "/read"] {
         let client: Client<_, Full<bytes::Bytes>> =
             Client::builder(TokioExecutor::new()).build(HttpConnector::new());
-        let request = http::Request::post(format!("http://{}{path}", server.addr))
+        let request = http::Request::post(format!("http://{}{path}", server.addr()))
             .body(Full::new(bytes::Bytes::from(vec![b'x'; size])))
             .unwrap();
         let response = tokio::time::timeout(WAIT, client.request(request))
@@ -524,7 +466,7 @@ async fn an_upload_far_over_the_cap_sent_whole_still_gets_its_413() {
         let body = response.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(body, "413 Payload Too Large", "{path}");
     }
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     let head = format!("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: {size}\r\n\r\n");
     let _ = conn.send(format!("{head}{}", "x".repeat(size))).await;
     let answer = conn.answer(false).await.expect("the 413 is read");
@@ -553,12 +495,12 @@ async fn a_refused_body_is_never_read_as_the_next_request() {
             .post("/limited", echo)
             .middleware(one_a_minute),
     );
-    let server = Serving::on_loopback(router).await;
+    let server = TestServer::start(router).await;
 
     // 1. Over the cap by its length, the whole body sent with the head, and
     //    a real request after it.
     let body = padded(SMUGGLED, 60);
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send(format!(
         "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 60\r\n\r\n{body}GET /a HTTP/1.1\r\nHost: a\r\n\r\n"
     ))
@@ -571,7 +513,7 @@ async fn a_refused_body_is_never_read_as_the_next_request() {
 
     // 2. Over the cap by its length, most of the body sent after the 413.
     let body = padded(&format!("{}{SMUGGLED}", "y".repeat(20)), 200);
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send(format!(
         "POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 200\r\n\r\n{}",
         &body[..20]
@@ -587,7 +529,7 @@ async fn a_refused_body_is_never_read_as_the_next_request() {
 
     // 3. Chunked, found over the cap as it arrives, the rest (holding a
     //    request) after the refusal.
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send(
         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n10;n=v\r\n0123456789abcdef\r\n4\r\nwxyz\r\n",
     )
@@ -604,7 +546,7 @@ async fn a_refused_body_is_never_read_as_the_next_request() {
 
     // 4. Refused by a limit (429) before its body is read, on a connection
     //    whose first request the limit admitted.
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     let first = "POST /limited HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc";
     conn.send(first).await.unwrap();
     let admitted = conn.answer(false).await.unwrap();
@@ -634,9 +576,9 @@ async fn a_refused_body_is_never_read_as_the_next_request() {
 #[tokio::test]
 async fn chunked_bodies_extensions_trailers_and_bad_sizes() {
     let smuggled = Served::default();
-    let server = Serving::on_loopback(routes(&smuggled)).await;
+    let server = TestServer::start(routes(&smuggled)).await;
 
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send(
         "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n\
          5;name=value;q=\"x y\"\r\nhello\r\n3\r\n, w\r\n0\r\nX-Trailer: t\r\nX-Other: u\r\n\r\n\
@@ -650,7 +592,7 @@ async fn chunked_bodies_extensions_trailers_and_bad_sizes() {
     assert_eq!((next.status, next.text().as_str()), (200, "alpha"));
 
     for size in ["FFFFFFFFFFFFFFFFFFFF", "zz", "-1", "0x5"] {
-        let mut conn = Conn::open(server.addr).await;
+        let mut conn = Conn::open(server.addr()).await;
         conn.send(format!(
             "POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n{size}\r\nhello\r\n0\r\n\r\n{SMUGGLED}"
         ))
@@ -673,13 +615,13 @@ async fn chunked_bodies_extensions_trailers_and_bad_sizes() {
 #[tokio::test]
 async fn length_and_chunked_together_are_read_chunked_and_closed() {
     let smuggled = Served::default();
-    let server = Serving::on_loopback(routes(&smuggled)).await;
+    let server = TestServer::start(routes(&smuggled)).await;
     for headers in [
         "Content-Length: 1000\r\nTransfer-Encoding: chunked",
         "Transfer-Encoding: chunked\r\nContent-Length: 1000",
         "Content-Length: 4\r\nTransfer-Encoding: chunked",
     ] {
-        let mut conn = Conn::open(server.addr).await;
+        let mut conn = Conn::open(server.addr()).await;
         conn.send(format!(
             "POST /echo HTTP/1.1\r\nHost: a\r\n{headers}\r\n\r\n3\r\nabc\r\n0\r\n\r\n{SMUGGLED}"
         ))
@@ -701,7 +643,7 @@ async fn length_and_chunked_together_are_read_chunked_and_closed() {
         "Content-Length: +3",
     ] {
         let (mut conn, answer) = one_answer(
-            server.addr,
+            server.addr(),
             format!("POST /echo HTTP/1.1\r\nHost: a\r\n{lengths}\r\n\r\nabcd{SMUGGLED}"),
         )
         .await;
@@ -718,8 +660,8 @@ async fn length_and_chunked_together_are_read_chunked_and_closed() {
 #[tokio::test]
 async fn a_body_cut_short_by_the_clients_end_gets_400() {
     let smuggled = Served::default();
-    let server = Serving::on_loopback(routes(&smuggled)).await;
-    let mut conn = Conn::open(server.addr).await;
+    let server = TestServer::start(routes(&smuggled)).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send("POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 10\r\n\r\nabcd")
         .await
         .unwrap();
@@ -741,8 +683,8 @@ async fn a_body_cut_short_by_the_clients_end_gets_400() {
 async fn a_stalled_body_on_a_kept_alive_connection_gets_408_and_a_close() {
     let period = Duration::from_millis(300);
     let smuggled = Served::default();
-    let server = Serving::start("127.0.0.1:0", routes(&smuggled), Some(period)).await;
-    let mut conn = Conn::open(server.addr).await;
+    let server = TimedServer::start(routes(&smuggled), period).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send("GET /a HTTP/1.1\r\nHost: a\r\n\r\n")
         .await
         .unwrap();
@@ -781,8 +723,8 @@ async fn a_stalled_body_on_a_kept_alive_connection_gets_408_and_a_close() {
 #[tokio::test]
 async fn pipelined_requests_are_answered_in_order_with_exact_bodies() {
     let smuggled = Served::default();
-    let server = Serving::on_loopback(routes(&smuggled)).await;
-    let mut conn = Conn::open(server.addr).await;
+    let server = TestServer::start(routes(&smuggled)).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send(
         "GET /a HTTP/1.1\r\nHost: a\r\n\r\n\
          POST /echo HTTP/1.1\r\nHost: a\r\nContent-Length: 7\r\n\r\npayload\
@@ -825,9 +767,9 @@ async fn pipelined_requests_are_answered_in_order_with_exact_bodies() {
 #[tokio::test]
 async fn connection_close_and_http_1_0_close_the_connection() {
     let smuggled = Served::default();
-    let server = Serving::on_loopback(routes(&smuggled)).await;
+    let server = TestServer::start(routes(&smuggled)).await;
 
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send(format!(
         "GET /a HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n{SMUGGLED}"
     ))
@@ -838,14 +780,14 @@ async fn connection_close_and_http_1_0_close_the_connection() {
     assert_eq!(answer.header("connection"), Some("close"));
     assert!(conn.closed().await);
 
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send(format!("GET /a HTTP/1.0\r\n\r\n{SMUGGLED}"))
         .await
         .unwrap();
     assert_eq!(conn.answer(false).await.unwrap().text(), "alpha");
     assert!(conn.closed().await);
 
-    let mut conn = Conn::open(server.addr).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send("GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
         .await
         .unwrap();
@@ -867,9 +809,9 @@ async fn connection_close_and_http_1_0_close_the_connection() {
 async fn an_idle_or_dribbling_kept_alive_connection_is_closed() {
     let period = Duration::from_millis(300);
     let smuggled = Served::default();
-    let server = Serving::start("127.0.0.1:0", routes(&smuggled), Some(period)).await;
+    let server = TimedServer::start(routes(&smuggled), period).await;
 
-    let mut idle = Conn::open(server.addr).await;
+    let mut idle = Conn::open(server.addr()).await;
     idle.send("GET /a HTTP/1.1\r\nHost: a\r\n\r\n")
         .await
         .unwrap();
@@ -882,7 +824,7 @@ async fn an_idle_or_dribbling_kept_alive_connection_is_closed() {
         "{after:?}"
     );
 
-    let mut dribbling = Conn::open(server.addr).await;
+    let mut dribbling = Conn::open(server.addr()).await;
     dribbling
         .send("GET /a HTTP/1.1\r\nHost: a\r\n\r\n")
         .await
@@ -919,8 +861,8 @@ async fn head_gets_the_headers_of_get_and_no_content() {
     let router = routes(&smuggled).get("/typed", |_req: Request| async {
         HttpResponse::json(serde_json::json!({"a": 1})).header("X-Extra", "yes")
     });
-    let server = Serving::on_loopback(router).await;
-    let mut conn = Conn::open(server.addr).await;
+    let server = TestServer::start(router).await;
+    let mut conn = Conn::open(server.addr()).await;
     for path in ["/a", "/typed", "/empty", "/no-content"] {
         conn.send(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"))
             .await
@@ -969,8 +911,8 @@ async fn head_refused_by_a_limit_gets_the_429_of_get_without_content() {
         })
         .middleware(limit)
         .get("/a", |_req: Request| async { HttpResponse::text("alpha") });
-    let server = Serving::on_loopback(router).await;
-    let mut conn = Conn::open(server.addr).await;
+    let server = TestServer::start(router).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send("GET /limited HTTP/1.1\r\nHost: a\r\n\r\nGET /limited HTTP/1.1\r\nHost: a\r\n\r\nHEAD /limited HTTP/1.1\r\nHost: a\r\n\r\nGET /a HTTP/1.1\r\nHost: a\r\n\r\n")
         .await
         .unwrap();
@@ -1011,8 +953,8 @@ async fn a_second_content_length_that_is_not_the_bodys_does_not_break_the_answer
             answer
         })
         .get("/a", |_req: Request| async { HttpResponse::text("alpha") });
-    let server = Serving::on_loopback(router).await;
-    let mut conn = Conn::open(server.addr).await;
+    let server = TestServer::start(router).await;
+    let mut conn = Conn::open(server.addr()).await;
     conn.send("GET /twice HTTP/1.1\r\nHost: a\r\n\r\nGET /a HTTP/1.1\r\nHost: a\r\n\r\n")
         .await
         .unwrap();
@@ -1035,8 +977,8 @@ async fn a_second_content_length_that_is_not_the_bodys_does_not_break_the_answer
 #[tokio::test]
 async fn shutdown_closes_idle_connections_and_finishes_requests_in_flight() {
     let smuggled = Served::default();
-    let server = Serving::on_loopback(routes(&smuggled)).await;
-    let addr = server.addr;
+    let server = TestServer::start(routes(&smuggled)).await;
+    let addr = server.addr();
 
     let mut idle = Conn::open(addr).await;
     idle.send("GET /a HTTP/1.1\r\nHost: a\r\n\r\n")
@@ -1130,7 +1072,7 @@ async fn ip_with(addr: SocketAddr, headers: &[u8]) -> String {
 async fn forwarded_headers_on_the_wire() {
     let app = app_trusting("127.0.0.1, 10.0.0.0/8");
     let smuggled = Served::default();
-    let server = app.scope(Serving::on_loopback(routes(&smuggled))).await;
+    let server = app.scope(TestServer::start(routes(&smuggled))).await;
     let long_list = format!(
         "X-Forwarded-For: {}, 198.51.100.9, 10.0.0.2\r\n",
         vec!["203.0.113.1"; 5_000].join(", ")
@@ -1178,7 +1120,7 @@ async fn forwarded_headers_on_the_wire() {
     ];
     for (headers, expected) in &cases {
         assert_eq!(
-            ip_with(server.addr, headers).await,
+            ip_with(server.addr(), headers).await,
             *expected,
             "{:?}",
             String::from_utf8_lossy(headers)
@@ -1187,9 +1129,9 @@ async fn forwarded_headers_on_the_wire() {
     server.stop().await;
 
     // Trusting no one, the peer.
-    let server = Serving::on_loopback(routes(&smuggled)).await;
+    let server = TestServer::start(routes(&smuggled)).await;
     for (headers, _) in &cases {
-        assert_eq!(ip_with(server.addr, headers).await, "127.0.0.1");
+        assert_eq!(ip_with(server.addr(), headers).await, "127.0.0.1");
     }
     server.stop().await;
 }
@@ -1211,7 +1153,7 @@ async fn an_ipv6_peer_on_loopback_is_its_address_and_its_bucket() {
             HttpResponse::text(req.ip().unwrap_or_else(|| "none".to_owned()))
         })
         .middleware(RateLimitMiddleware::ip_based(2, MINUTE));
-    let server = app.scope(Serving::start("[::1]:0", router, None)).await;
+    let server = app.scope(TestServer::start_on("[::1]:0", router)).await;
     let mut got = Vec::new();
     for headers in [
         &b""[..],
@@ -1225,7 +1167,7 @@ async fn an_ipv6_peer_on_loopback_is_its_address_and_its_bucket() {
         let mut request = b"GET /ip HTTP/1.1\r\nHost: [::1]\r\n".to_vec();
         request.extend_from_slice(headers);
         request.extend_from_slice(b"\r\n");
-        let (_conn, answer) = one_answer(server.addr, request).await;
+        let (_conn, answer) = one_answer(server.addr(), request).await;
         let answer = answer.unwrap();
         got.push((answer.status, answer.text()));
     }

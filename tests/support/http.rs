@@ -111,9 +111,16 @@ pub fn tally(replies: &[Reply]) -> Tally {
 }
 
 impl TestServer {
-    /// Starts the server and returns once it accepts connections.
+    /// Starts the server on a free port of 127.0.0.1 and returns once it
+    /// accepts connections.
     pub async fn start(router: Router) -> Self {
-        let server = suprnova::server::bind("127.0.0.1:0").await.unwrap();
+        Self::start_on("127.0.0.1:0", router).await
+    }
+
+    /// Starts the server on `bind` (a loopback address with port 0, such
+    /// as `[::1]:0`) and returns once it accepts connections.
+    pub async fn start_on(bind: &str, router: Router) -> Self {
+        let server = suprnova::server::bind(bind).await.unwrap();
         let addr = server.local_addr().unwrap();
         let (tx, rx) = oneshot::channel::<()>();
         let app = App::current();
@@ -172,13 +179,16 @@ impl TestServer {
         send_from(Some(local), request).await
     }
 
-    /// Stops accepting and waits for the server to finish.
+    /// Stops accepting and waits for the server to finish, and asserts
+    /// that it did, without an error, within its shutdown grace (and 5 s).
     pub async fn stop(mut self) {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
         if let Some(task) = self.task.take() {
-            let _ = task.await;
+            let grace = suprnova::server::SHUTDOWN_GRACE + std::time::Duration::from_secs(5);
+            let returned = tokio::time::timeout(grace, task).await;
+            assert!(matches!(returned, Ok(Ok(()))), "{returned:?}");
         }
     }
 }
@@ -253,6 +263,11 @@ impl TimedServer {
             stop,
             serving,
         }
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
     }
 
     /// Answers `GET /` with "hi" and `GET /big` with [`BIG`] bytes.
