@@ -84,12 +84,19 @@ async fn the_bucket_lives_one_window_from_its_newest_hit_and_then_is_gone() {
     assert!(!refused.allowed);
     assert_eq!(refused.remaining, 0);
     let after_refusal = pttl(&mut conn, "sw:k").await;
-    assert!(after_refusal <= 400 && after_refusal > 0, "PTTL {after_refusal}");
+    assert!(
+        after_refusal <= 400 && after_refusal > 0,
+        "PTTL {after_refusal}"
+    );
     assert!(limiter.retry_after("k", &cfg).await.unwrap().is_some());
     assert!(pttl(&mut conn, "sw:k").await <= after_refusal);
 
     tokio::time::sleep(Duration::from_millis(450)).await;
-    assert!(keys(&mut conn).await.is_empty(), "{:?}", keys(&mut conn).await);
+    assert!(
+        keys(&mut conn).await.is_empty(),
+        "{:?}",
+        keys(&mut conn).await
+    );
 }
 
 // A window of 1 ms: the key lives 1 ms; a call a few milliseconds later is
@@ -127,11 +134,17 @@ async fn windows_of_years_are_kept_to_the_millisecond() {
         let ttl = pttl(&mut conn, &format!("years:{key}")).await;
         // Whole milliseconds, rounded up: the bucket never goes early.
         let window_ms = i64::try_from(window.as_micros().div_ceil(1_000)).unwrap();
-        assert!(ttl <= window_ms && ttl > window_ms - 2_000, "{key}: PTTL {ttl}");
+        assert!(
+            ttl <= window_ms && ttl > window_ms - 2_000,
+            "{key}: PTTL {ttl}"
+        );
         let refused = limiter.acquire(key, &cfg).await.unwrap();
         assert!(!refused.allowed);
         let wait = refused.retry_after.unwrap();
-        assert!(wait <= window && wait > window - Duration::from_secs(2), "{wait:?}");
+        assert!(
+            wait <= window && wait > window - Duration::from_secs(2),
+            "{wait:?}"
+        );
         let frees_at = before + u64::try_from(window.as_micros()).unwrap();
         let reset = refused.reset_at.unwrap();
         assert!(
@@ -154,7 +167,10 @@ async fn the_largest_limit_counts_its_places_exactly() {
     let cfg = SlidingWindowConfig::new(u32::MAX, Duration::from_secs(60));
     for left in 1..=3_u64 {
         let decision = limiter.acquire("k", &cfg).await.unwrap();
-        assert_eq!(decision, Decision::allowed(u64::from(u32::MAX), u64::from(u32::MAX) - left));
+        assert_eq!(
+            decision,
+            Decision::allowed(u64::from(u32::MAX), u64::from(u32::MAX) - left)
+        );
     }
     assert_eq!(limiter.retry_after("k", &cfg).await.unwrap(), None);
 }
@@ -236,8 +252,13 @@ async fn the_redis_window_decides_as_the_memory_window_on_the_same_calls() {
         } else {
             let on_memory = memory.retry_after(key, &cfg).await.unwrap();
             let on_redis = redis.retry_after(key, &cfg).await.unwrap();
-            let secs = |d: Option<Duration>| d.map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
-            assert_eq!(secs(on_redis), secs(on_memory), "read {i}: {key} under {max}");
+            let secs =
+                |d: Option<Duration>| d.map(|d| d.as_secs() + u64::from(d.subsec_nanos() > 0));
+            assert_eq!(
+                secs(on_redis),
+                secs(on_memory),
+                "read {i}: {key} under {max}"
+            );
         }
     }
 }
@@ -272,7 +293,10 @@ async fn counts_leave_laravels_keys_with_the_windows_time_to_live_to_the_millise
         assert!((before + decay..=after + decay).contains(&ends), "{ends}");
         for k in [&counter, &timer] {
             let ttl = pttl(&mut conn, k).await;
-            assert!(ttl <= decay * 1_000 && ttl > decay * 1_000 - 1_000, "{k}: PTTL {ttl}");
+            assert!(
+                ttl <= decay * 1_000 && ttl > decay * 1_000 - 1_000,
+                "{k}: PTTL {ttl}"
+            );
         }
         let left = limiter.available_in(key).await.unwrap();
         assert!((decay - 1..=decay).contains(&left), "{left}");
@@ -286,6 +310,40 @@ async fn counts_leave_laravels_keys_with_the_windows_time_to_live_to_the_millise
             format!("{P}yearly:timer"),
         ]
     );
+}
+
+// A window of i64::MAX seconds: the count opens it and counts in it, the
+// timer holds the end the memory store's timer holds, and both entries get
+// the longest time to live the store gives.
+#[tokio::test]
+async fn a_window_of_the_longest_decay_counts_as_on_the_memory_store() {
+    let server = RedisServer::start();
+    let mut conn = raw(&server).await;
+    let redis = CacheRateLimiter::new(
+        Arc::new(RedisStore::new(connect(&server.url())).with_prefix("long:")),
+        clock::system(),
+    );
+    let memory = CacheRateLimiter::new(Arc::new(MemoryStore::new()), clock::system());
+    let mut seen = Vec::new();
+    for limiter in [&redis, &memory] {
+        let hits = [
+            limiter.hit("k", i64::MAX).await.unwrap(),
+            limiter.hit("k", i64::MAX).await.unwrap(),
+        ];
+        let third = limiter
+            .increment_if_below("k", i64::MAX, 1, 2)
+            .await
+            .unwrap();
+        let timer = limiter.store().get("k:timer").await.unwrap();
+        seen.push((hits, third.counted, third.count, timer));
+    }
+    assert_eq!(seen[0], seen[1]);
+    assert_eq!(seen[0].3.as_deref(), Some("9223372036854775807"));
+    for key in ["long:k", "long:k:timer"] {
+        let ttl = pttl(&mut conn, key).await;
+        let longest = RedisStore::MAX_TTL_SECONDS * 1_000;
+        assert!(ttl <= longest && ttl > longest - 2_000, "{key}: PTTL {ttl}");
+    }
 }
 
 // A window of a second: both entries are gone after it, nothing without a
@@ -307,7 +365,11 @@ async fn nothing_is_left_after_a_window_of_a_second() {
         }
     }
     tokio::time::sleep(Duration::from_millis(1_100)).await;
-    assert!(keys(&mut conn).await.is_empty(), "{:?}", keys(&mut conn).await);
+    assert!(
+        keys(&mut conn).await.is_empty(),
+        "{:?}",
+        keys(&mut conn).await
+    );
 }
 
 // ---------------------------------------------------------------------
@@ -324,7 +386,10 @@ async fn both_stores_holding(
     let redis = Arc::new(RedisStore::new(connect(&server.url())).with_prefix(&prefix));
     set(&mut raw(server).await, &format!("{prefix}{key}"), value).await;
     let memory = Arc::new(MemoryStore::new());
-    memory.put(key, value, Duration::from_secs(60)).await.unwrap();
+    memory
+        .put(key, value, Duration::from_secs(60))
+        .await
+        .unwrap();
     [("redis", redis as Arc<dyn Store>), ("memory", memory)]
 }
 
@@ -338,7 +403,10 @@ async fn a_count_past_two_to_the_53_never_passes_its_ceiling() {
     let server = RedisServer::start();
     let ceiling: i64 = 10_000_000_000_000_000;
     for (name, store) in both_stores_holding(&server, "budget", &ceiling.to_string()).await {
-        let outcome = store.increment_if_below("budget", 60, 1, ceiling).await.unwrap();
+        let outcome = store
+            .increment_if_below("budget", 60, 1, ceiling)
+            .await
+            .unwrap();
         assert!(
             !outcome.counted && outcome.count == ceiling,
             "{name}: {outcome:?} past the ceiling {ceiling}"
@@ -347,8 +415,14 @@ async fn a_count_past_two_to_the_53_never_passes_its_ceiling() {
     // Through the facade: a budget filled to its ceiling, then one more.
     let store = Arc::new(RedisStore::new(connect(&server.url())).with_prefix("facade:"));
     let limiter = CacheRateLimiter::new(store, clock::system());
-    assert_eq!(limiter.increment("bytes", 60, ceiling).await.unwrap(), ceiling);
-    let one_more = limiter.increment_if_below("bytes", 60, 1, ceiling).await.unwrap();
+    assert_eq!(
+        limiter.increment("bytes", 60, ceiling).await.unwrap(),
+        ceiling
+    );
+    let one_more = limiter
+        .increment_if_below("bytes", 60, 1, ceiling)
+        .await
+        .unwrap();
     assert!(!one_more.counted, "{one_more:?}");
     assert_eq!(limiter.attempts("bytes").await.unwrap(), ceiling);
 }
@@ -363,7 +437,10 @@ async fn a_counter_past_a_64_bit_integer_is_not_an_integer_on_every_call() {
     let value = "9223372036854775808";
     for (name, store) in both_stores_holding(&server, "k", value).await {
         let incremented = store.increment("k", 1).await.unwrap_err();
-        assert!(matches!(incremented, CacheError::NotAnInteger { .. }), "{name}: {incremented:?}");
+        assert!(
+            matches!(incremented, CacheError::NotAnInteger { .. }),
+            "{name}: {incremented:?}"
+        );
         let below = store.increment_if_below("k", 60, 1, 10).await.unwrap_err();
         assert!(
             matches!(below, CacheError::NotAnInteger { .. }) && !below.is_backend(),
@@ -380,13 +457,20 @@ async fn a_counter_holding_a_float_or_junk_is_not_an_integer() {
     for value in ["2.5", "1e3", "0x10", " 7", "7\n", "inf", "i:3;x"] {
         for (name, store) in both_stores_holding(&server, "k", value).await {
             for ceiling in [1, 100] {
-                let error = store.increment_if_below("k", 60, 1, ceiling).await.unwrap_err();
+                let error = store
+                    .increment_if_below("k", 60, 1, ceiling)
+                    .await
+                    .unwrap_err();
                 assert!(
                     matches!(error, CacheError::NotAnInteger { .. }),
                     "{name} {value:?} under {ceiling}: {error:?}"
                 );
             }
-            assert_eq!(store.get("k").await.unwrap().as_deref(), Some(value), "{name}");
+            assert_eq!(
+                store.get("k").await.unwrap().as_deref(),
+                Some(value),
+                "{name}"
+            );
         }
     }
 }
@@ -428,11 +512,20 @@ async fn a_refusal_reads_a_php_serialized_timer_in_the_counts_step() {
             amount: 1,
             ceiling: 3,
         };
-        let (outcome, end) = store.increment_in_window_or_window_end(count).await.unwrap();
-        assert!(!outcome.counted && outcome.count == 3, "{name}: {outcome:?}");
+        let (outcome, end) = store
+            .increment_in_window_or_window_end(count)
+            .await
+            .unwrap();
+        assert!(
+            !outcome.counted && outcome.count == 3,
+            "{name}: {outcome:?}"
+        );
         answers.push((name, end));
     }
-    assert_eq!(answers, [("redis", Some(ends_at)), ("memory", Some(ends_at))]);
+    assert_eq!(
+        answers,
+        [("redis", Some(ends_at)), ("memory", Some(ends_at))]
+    );
 }
 
 // The same timer through the throttle: the refusal is right (the window's
@@ -466,8 +559,9 @@ async fn a_refusal_under_a_php_serialized_timer_is_one_script_call() {
         };
         let peer: SocketAddr = "203.0.113.5:40000".parse().unwrap();
         let throttled = |key: &str| {
-            throttle_support::ok_routes(&["/t"])
-                .middleware(ThrottleRequestsMiddleware::with_limits(vec![Limit::per_minute(3).by(key)]))
+            throttle_support::ok_routes(&["/t"]).middleware(
+                ThrottleRequestsMiddleware::with_limits(vec![Limit::per_minute(3).by(key)]),
+            )
         };
         let (plain, php) = (throttled("plain"), throttled("k"));
         // The first call loads the script.
@@ -494,6 +588,56 @@ async fn a_refusal_under_a_php_serialized_timer_is_one_script_call() {
         );
     })
     .await;
+}
+
+// A full bucket whose timer holds digits past a 64-bit integer (written by
+// something else than a rate limiter): the window is open, so the request
+// is refused, as on the memory store, whatever the backend policy; a
+// timer that cannot be read is no backend failure.
+// FAILS: the script hands the out-of-range timer back in its reply, which fails to parse as a backend error, and FailOpen lets the request through the full bucket
+#[tokio::test]
+async fn a_full_bucket_whose_timer_is_past_a_64_bit_integer_is_refused() {
+    use std::net::SocketAddr;
+
+    use bytes::Bytes;
+    use http_body_util::Full;
+    use suprnova::rate_limit::BackendErrorPolicy;
+    use suprnova::server::handle_request_with_peer;
+    use suprnova::{Limit, ThrottleRequestsMiddleware};
+
+    let server = RedisServer::start();
+    let mut answers = Vec::new();
+    for (name, store) in both_stores_holding(&server, "k", "3").await {
+        store
+            .put("k:timer", "99999999999999999999", Duration::from_secs(60))
+            .await
+            .unwrap();
+        let app = throttle_support::limiter_app(store, clock::system());
+        app.scope(async {
+            for policy in [BackendErrorPolicy::FailOpen, BackendErrorPolicy::FailClosed] {
+                let router = throttle_support::ok_routes(&["/t"]).middleware(
+                    ThrottleRequestsMiddleware::with_limits(vec![Limit::per_minute(3).by("k")])
+                        .on_backend_error(policy),
+                );
+                let request = http::Request::get("/t")
+                    .body(Full::<Bytes>::default())
+                    .unwrap();
+                let peer: SocketAddr = "203.0.113.5:40000".parse().unwrap();
+                let reply = handle_request_with_peer(&router, request, peer).await;
+                answers.push((name, policy, reply.status_code()));
+            }
+        })
+        .await;
+    }
+    assert_eq!(
+        answers,
+        [
+            ("redis", BackendErrorPolicy::FailOpen, 429),
+            ("redis", BackendErrorPolicy::FailClosed, 429),
+            ("memory", BackendErrorPolicy::FailOpen, 429),
+            ("memory", BackendErrorPolicy::FailClosed, 429),
+        ]
+    );
 }
 
 // ---------------------------------------------------------------------
@@ -528,6 +672,11 @@ async fn a_flush_or_a_restart_between_counts_counts_each_call_once() {
     assert_eq!(driver.acquire("k", &cfg).await.unwrap().remaining, 9);
     assert_eq!(server.command("GET r:k").trim(), "$1\r\n1");
     assert_eq!(server.command("ZCARD d:k").trim(), ":1");
-    let ttl: i64 = server.command("TTL r:k:timer").trim().trim_start_matches(':').parse().unwrap();
+    let ttl: i64 = server
+        .command("TTL r:k:timer")
+        .trim()
+        .trim_start_matches(':')
+        .parse()
+        .unwrap();
     assert!((59..=60).contains(&ttl), "{ttl}");
 }
