@@ -397,7 +397,6 @@ async fn both_stores_holding(
 // nanoseconds of work): adding 1 to a count already at the ceiling must
 // not count, and the count must stay at or below the ceiling, as on the
 // memory store.
-// FAILS: the script compares in Lua doubles, so count + 1 rounds back to the ceiling and is counted past it
 #[tokio::test]
 async fn a_count_past_two_to_the_53_never_passes_its_ceiling() {
     let server = RedisServer::start();
@@ -430,7 +429,6 @@ async fn a_count_past_two_to_the_53_never_passes_its_ceiling() {
 // A counter past the range of a 64-bit integer is a value that does not
 // fit the operation: `NotAnInteger`, as INCRBY's own refusal of it is
 // reported, and as the memory store reports it; not a backend failure.
-// FAILS: the script returns the out-of-range count, the reply cannot be read, and it is reported as a backend failure
 #[tokio::test]
 async fn a_counter_past_a_64_bit_integer_is_not_an_integer_on_every_call() {
     let server = RedisServer::start();
@@ -493,7 +491,6 @@ async fn a_hash_where_a_counter_is_expected_is_an_error() {
 // application with a phpredis serializer wrote the timer (`i:<n>;`): the
 // crate reads that form of the timer everywhere else, and the memory
 // store's answer carries the end.
-// FAILS: the script's timer check takes digits only, so the one-node answer carries no window end
 #[tokio::test]
 async fn a_refusal_reads_a_php_serialized_timer_in_the_counts_step() {
     let server = RedisServer::start();
@@ -531,7 +528,6 @@ async fn a_refusal_reads_a_php_serialized_timer_in_the_counts_step() {
 // The same timer through the throttle: the refusal is right (the window's
 // end is read again apart), but it costs Redis four commands where the
 // documented refusal costs one script call, as it does with a plain timer.
-// FAILS: the script does not read `i:<n>;`, so the refusal falls back to separate reads of the count and the timer
 #[tokio::test]
 async fn a_refusal_under_a_php_serialized_timer_is_one_script_call() {
     use std::net::SocketAddr;
@@ -594,7 +590,6 @@ async fn a_refusal_under_a_php_serialized_timer_is_one_script_call() {
 // something else than a rate limiter): the window is open, so the request
 // is refused, as on the memory store, whatever the backend policy; a
 // timer that cannot be read is no backend failure.
-// FAILS: the script hands the out-of-range timer back in its reply, which fails to parse as a backend error, and FailOpen lets the request through the full bucket
 #[tokio::test]
 async fn a_full_bucket_whose_timer_is_past_a_64_bit_integer_is_refused() {
     use std::net::SocketAddr;

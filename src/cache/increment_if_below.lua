@@ -15,7 +15,8 @@
 --          without one gets when it counts (a new counter, or one that
 --          INCRBY created without a time to live)
 -- ARGV[2]  the amount to add (an integer, may be negative)
--- ARGV[3]  the ceiling (an integer)
+-- ARGV[3]  the room: the ceiling less the amount (an integer, which may lie
+--          beyond a 64-bit one), which the count must not exceed
 -- ARGV[4]  with KEYS[2]: the timer's value, the end of the window
 --
 -- Returns "counted count", two integers in one string (a client reads one
@@ -25,46 +26,94 @@
 -- not an integer is an error, as for INCRBY. With KEYS[2], a third integer
 -- follows: when the call did not count, the timer's value (the end of the
 -- window a refusal reports, read in this same step), else 0; 0 too for a
--- timer that does not hold an integer.
+-- timer that does not hold an integer (plain, or serialized by PHP).
 --
--- Counts are compared as Lua numbers (doubles): exact up to 2^53, far beyond
--- any rate-limit count; a ceiling of 2^63 - 1 means "no ceiling". They are
--- added and returned exactly to the end of a 64-bit integer: INCRBY takes
--- the amount as the caller wrote it, and a count past 2^53, which a double
--- would round, is returned as Redis holds it.
+-- Counts are compared as decimal text, exactly: Lua's numbers are doubles,
+-- which past 2^53 would let a count of 2^53 + 1 pass a ceiling of 2^53.
+-- They are added and returned exactly to the end of a 64-bit integer:
+-- INCRBY takes the amount as the caller wrote it, and a count past 2^53,
+-- which a double would round, is returned as Redis holds it.
+
+-- Whether text is an integer as INCRBY reads one: an optional '-', no
+-- leading zero (nor '-0'), within a 64-bit integer.
+local function is_integer(text)
+    if text == '0' then
+        return true
+    end
+    local sign, digits = string.match(text, '^(%-?)([1-9]%d*)$')
+    if not digits or #digits > 19 then
+        return false
+    end
+    if #digits < 19 then
+        return true
+    end
+    return digits <= (sign == '-' and '9223372036854775808' or '9223372036854775807')
+end
+
+-- Whether the integer a is greater than the integer b, both written as
+-- is_integer reads them (b may be longer).
+local function greater(a, b)
+    local a_negative = string.sub(a, 1, 1) == '-'
+    local b_negative = string.sub(b, 1, 1) == '-'
+    if a_negative ~= b_negative then
+        return b_negative
+    end
+    local a_digits = a_negative and string.sub(a, 2) or a
+    local b_digits = b_negative and string.sub(b, 2) or b
+    if a_digits == b_digits then
+        return false
+    end
+    local longer
+    if #a_digits ~= #b_digits then
+        longer = #a_digits > #b_digits
+    else
+        longer = a_digits > b_digits
+    end
+    if a_negative then
+        return not longer
+    end
+    return longer
+end
+
+-- The timer's value as an integer's text: plain, or serialized by PHP
+-- (i:<n>;, as a Laravel application with phpredis's serializer writes
+-- it); '0' for anything else.
+local function window_end(text)
+    if not text then
+        return '0'
+    end
+    local digits = string.match(text, '^i:(.*);$') or text
+    if is_integer(digits) then
+        return digits
+    end
+    return '0'
+end
+
 local opened = false
 if KEYS[2] then
     opened = redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[1], 'NX')
 end
 local current = redis.call('GET', KEYS[1])
-local count = 0
 local count_text = '0'
 if current then
-    -- Digits only, as INCRBY reads them: Lua's tonumber would also take
-    -- 0x10, 1e3, ' 7' and inf, which INCRBY refuses.
-    if not string.match(current, '^-?%d+$') then
+    -- As INCRBY reads it: Lua's tonumber would also take 0x10, 1e3, ' 7'
+    -- and inf, and digits past a 64-bit integer, which INCRBY refuses.
+    if not is_integer(current) then
         return redis.error_reply('ERR value is not an integer or out of range')
     end
-    count = tonumber(current)
     count_text = current
 end
-local amount = tonumber(ARGV[2])
-local ceiling = tonumber(ARGV[3])
-if opened and current and count + amount > ceiling and amount <= ceiling then
+local room = ARGV[3]
+if opened and current and greater(count_text, room) and not greater('0', room) then
     -- A counter left full by a window whose timer is gone (evicted, or
     -- removed alone): that window has ended, as Laravel's tooManyAttempts
     -- reads it, and the call that opens the next one counts anew.
     redis.call('DEL', KEYS[1])
-    count = 0
     count_text = '0'
 end
-if count + amount > ceiling then
+if greater(count_text, room) then
     if KEYS[2] then
-        local ends = redis.call('GET', KEYS[2])
-        if not (ends and string.match(ends, '^-?%d+$')) then
-            ends = '0'
-        end
-        return string.format('0 %s %s', count_text, ends)
+        return string.format('0 %s %s', count_text, window_end(redis.call('GET', KEYS[2])))
     end
     return '0 ' .. count_text
 end

@@ -217,7 +217,7 @@ impl Store for RedisStore {
         call.key(&self.prefix, key)
             .arg(expiry_seconds(decay_seconds))
             .arg(amount)
-            .arg(ceiling)
+            .arg(room(amount, ceiling))
             // A second run of a count that adds can only add again.
             .repeatable(amount >= 0);
         self.count_below(key, &call).await
@@ -252,7 +252,7 @@ impl Store for RedisStore {
             .key(&self.prefix, count.timer_key)
             .arg(expiry_seconds(count.decay_seconds))
             .arg(count.amount)
-            .arg(count.ceiling)
+            .arg(room(count.amount, count.ceiling))
             .arg(count.ends_at)
             .repeatable(count.amount >= 0);
         let reply: Vec<u8> = self
@@ -289,6 +289,12 @@ impl Store for RedisStore {
 /// and at most [`RedisStore::MAX_TTL_SECONDS`].
 fn ttl_seconds(ttl: Duration) -> i64 {
     expiry_seconds(i64::try_from(ttl.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// What the increment-if-below script compares a count with: the ceiling
+/// less the amount, exactly (it may lie past a 64-bit integer either way).
+fn room(amount: i64, ceiling: i64) -> i128 {
+    i128::from(ceiling) - i128::from(amount)
 }
 
 /// A window of `decay_seconds` as the time to live the store sends Redis:
