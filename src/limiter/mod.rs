@@ -24,5 +24,5 @@ pub use limit::{AfterCallback, GlobalLimit, Limit, ResponseCallback, Unlimited};
 pub use limit_result::LimitResult;
 pub use named::{NamedLimiter, NamedLimiters, apply_fallback_keys};
 pub use rate_limiter::CacheRateLimiter;
-pub(crate) use rate_limiter::TIMER_SUFFIX;
+pub(crate) use rate_limiter::{TIMER_SUFFIX, seconds_until};
 pub(crate) use writes_seen::watching_writes;

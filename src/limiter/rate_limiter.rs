@@ -252,12 +252,20 @@ impl CacheRateLimiter {
     /// 0 when no window is open. It can be 0 while the window is still open
     /// for a fraction of a second, as in Laravel.
     pub async fn available_in(&self, key: &str) -> Result<i64, CacheError> {
+        Ok(match self.window_ends_at(key).await? {
+            Some(ends_at) => seconds_until(ends_at, self.clock.unix_seconds()),
+            None => 0,
+        })
+    }
+
+    /// When the window ends, in Unix seconds, as its timer holds it; `None`
+    /// when no window is open. A timer that holds no integer is an error.
+    pub(crate) async fn window_ends_at(&self, key: &str) -> Result<Option<i64>, CacheError> {
         let timer = timer_key(&cleaned(key));
-        let ends_at = match self.store.get(&timer).await? {
-            Some(value) => parse_integer(&timer, &value)?,
-            None => return Ok(0),
-        };
-        Ok(ends_at.saturating_sub(self.clock.unix_seconds()).max(0))
+        match self.store.get(&timer).await? {
+            Some(value) => parse_integer(&timer, &value).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// How many attempts are left of `max_attempts` (never below 0).
@@ -632,6 +640,11 @@ enum Fullness {
     /// The count is at the maximum and the timer is gone: the window has
     /// ended.
     FullWithoutTimer,
+}
+
+/// The whole seconds from `now` to `ends_at` (Unix seconds), at least 0.
+pub(crate) fn seconds_until(ends_at: i64, now: i64) -> i64 {
+    ends_at.saturating_sub(now).max(0)
 }
 
 fn timer_key(key: &str) -> String {

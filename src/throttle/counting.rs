@@ -9,7 +9,7 @@ use super::headers::refusal;
 use super::one_or_more::OneOrMore;
 use crate::cache::CacheError;
 use crate::http::{HttpResponse, Request};
-use crate::limiter::{CacheRateLimiter, Limit, cleaned};
+use crate::limiter::{CacheRateLimiter, Limit, cleaned, seconds_until};
 
 /// What the limits said before the handler ran.
 pub(super) enum Admission {
@@ -235,8 +235,12 @@ async fn count(
         // Full, with its window open (Laravel's tooManyAttempts), read in
         // the count's own step: the refusal needs nothing more.
         let now = limiter.clock().unix_seconds();
-        let available_in = ends_at.saturating_sub(now).max(0);
-        return Ok(Err(refusal(limit, available_in, now, request)));
+        return Ok(Err(refusal(
+            limit,
+            seconds_until(ends_at, now),
+            now,
+            request,
+        )));
     }
     // No window end came with the count (a timer that holds no integer):
     // Laravel's tooManyAttempts tells; a count whose timer is gone is reset
@@ -251,9 +255,11 @@ async fn count(
     if outcome.counted {
         return Ok(Ok(outcome.count));
     }
-    // Filled meanwhile by concurrent requests: refused until its window ends.
-    let available_in = limiter.available_in(key).await?;
+    // Filled meanwhile by concurrent requests: refused until its window
+    // ends, the wait and the reset told from one reading of the clock.
+    let ends_at = limiter.window_ends_at(key).await?;
     let now = limiter.clock().unix_seconds();
+    let available_in = ends_at.map_or(0, |ends_at| seconds_until(ends_at, now));
     Ok(Err(refusal(limit, available_in, now, request)))
 }
 
@@ -276,19 +282,21 @@ async fn refusal_if_full(
     limit: &Limit,
     request: &Request,
 ) -> Result<Option<HttpResponse>, CacheError> {
-    let (full, available_in) = join(
+    let (full, ends_at) = join(
         limiter.window_is_full(&limit.key, limit.max_attempts),
-        limiter.available_in(&limit.key),
+        limiter.window_ends_at(&limit.key),
     )
     .await;
     if !full? {
         return Ok(None);
     }
-    let available_in = match available_in {
-        Ok(seconds) => seconds,
+    // The wait and the reset from one reading of the clock, so that every
+    // refusal of a window reports the timer's second as its reset.
+    let now = limiter.clock().unix_seconds();
+    let available_in = match ends_at {
+        Ok(ends_at) => ends_at.map_or(0, |ends_at| seconds_until(ends_at, now)),
         Err(error) if error.is_backend() => return Err(error),
         Err(_) => limit.decay_seconds.max(0),
     };
-    let now = limiter.clock().unix_seconds();
     Ok(Some(refusal(limit, available_in, now, request)))
 }
