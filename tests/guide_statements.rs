@@ -468,7 +468,6 @@ fn env_example_lists_every_variable_of_the_deployment_tables_with_its_default() 
 // Unicode White_Space, so `char::is_whitespace` keeps it. A handler that
 // trims as TrimStrings does sends "victim@mail.test\u{180E}" to the victim,
 // and each extra U+180E opens a fresh bucket for the same mailbox.
-// FAILS: identity_key keeps a trailing U+180E that TrimStrings trims, so each spelling is a fresh bucket for the same mailbox
 #[tokio::test]
 async fn a_mongolian_vowel_separator_trimmed_by_trim_strings_shares_the_recipients_bucket() {
     use suprnova::keys::sha256_hex;
@@ -536,7 +535,6 @@ async fn a_mongolian_vowel_separator_trimmed_by_trim_strings_shares_the_recipien
 // limits" (rate-limiting.md, "Storage layout"): `Limit::new(2,
 // Duration::from_millis(500))` admits every request, where a Rust caller
 // who passed a `Duration` expects 2 per half second, or a refusal.
-// FAILS: Limit::new truncates a sub-second window to 0 s, and a 0 s limit never limits
 #[tokio::test]
 async fn a_limit_of_two_per_half_second_refuses_the_third_request_at_once() {
     let clock = FakeClock::at_unix(START);
@@ -646,7 +644,6 @@ async fn the_listen_queue_and_keep_alive_are_the_kernels_as_deployment_md_says()
 // So must a password given in a query pair the connection does not read
 // (`?password=`, where only `?pass=` is read after a socket's path): the
 // refusal hides `?pass=` and `?user=`, and shows `?password=` whole.
-// FAILS: a URL without `://`, or with `?password=`, is shown with its password in the boot refusal
 #[test]
 fn a_malformed_redis_url_never_shows_its_password() {
     for url in [

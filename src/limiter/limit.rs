@@ -58,13 +58,15 @@ pub struct Limit {
 }
 
 impl Limit {
-    /// `max_attempts` per `decay`, counted in whole seconds (the fraction is
-    /// dropped, as Laravel keeps integer seconds), with an empty key.
+    /// `max_attempts` per `decay`, counted in whole seconds (Laravel keeps
+    /// integer seconds) rounded up, so that the limit is never looser than
+    /// asked (half a second is one, where a window of no time would never
+    /// limit), with an empty key.
     pub fn new(max_attempts: i64, decay: Duration) -> Self {
-        Self::with_decay(
-            max_attempts,
-            i64::try_from(decay.as_secs()).unwrap_or(i64::MAX),
-        )
+        let seconds = decay
+            .as_secs()
+            .saturating_add(u64::from(decay.subsec_nanos() > 0));
+        Self::with_decay(max_attempts, i64::try_from(seconds).unwrap_or(i64::MAX))
     }
 
     fn with_decay(max_attempts: i64, decay_seconds: i64) -> Self {
@@ -327,10 +329,13 @@ mod tests {
         assert_eq!(Limit::per_day(3).decay_seconds, 86_400);
         assert_eq!(Limit::per_days(5, 3).decay_seconds, 432_000);
         assert_eq!(GlobalLimit::new(3, 60).decay_seconds, 60);
+        // Rounded up: never looser than asked.
         assert_eq!(
             Limit::new(1, Duration::from_millis(45_900)).decay_seconds,
-            45
+            46
         );
+        assert_eq!(Limit::new(1, Duration::from_millis(500)).decay_seconds, 1);
+        assert_eq!(Limit::new(1, Duration::from_secs(45)).decay_seconds, 45);
         assert_eq!(Limit::per_days(i64::MAX, 1).decay_seconds, i64::MAX);
     }
 

@@ -174,12 +174,15 @@ fn normalised(value: &str) -> String {
 /// `value` without what Laravel's `TrimStrings` middleware trims from
 /// either end: whitespace, and U+FEFF (a byte order mark), U+200B (zero
 /// width space) and U+200E (left-to-right mark)
-/// (`preg_replace('~^[\s\x{FEFF}\x{200B}\x{200E}]+|[\s\x{FEFF}\x{200B}\x{200E}]+$~u', '', $value)`).
+/// (`preg_replace('~^[\s\x{FEFF}\x{200B}\x{200E}]+|[\s\x{FEFF}\x{200B}\x{200E}]+$~u', '', $value)`),
+/// and NUL, which `Str::trim` adds to the class since Laravel 11. PCRE's
+/// `\s` with `/u` takes U+180E (Mongolian vowel separator) as a horizontal
+/// space, where Unicode's whitespace no longer has it.
 /// A handler ported from Laravel reads the value so trimmed, so it must
 /// share the bucket of the value written without them.
 fn laravel_trimmed(value: &str) -> &str {
     value.trim_matches(|c: char| {
-        c.is_whitespace() || matches!(c, '\u{FEFF}' | '\u{200B}' | '\u{200E}')
+        c.is_whitespace() || matches!(c, '\u{FEFF}' | '\u{200B}' | '\u{200E}' | '\u{180E}' | '\0')
     })
 }
 
@@ -767,6 +770,21 @@ mod tests {
             ControlFlow::Continue(())
         });
         values
+    }
+
+    #[test]
+    fn trimmed_as_trim_strings_trims() {
+        for padded in [
+            " a@b.c\t\n",
+            "\u{FEFF}a@b.c\u{200B}",
+            "\u{200E}a@b.c\u{180E}",
+            "\0a@b.c\0",
+            "\u{3000}\u{180E} a@b.c",
+        ] {
+            assert_eq!(laravel_trimmed(padded), "a@b.c", "{padded:?}");
+        }
+        // Only the ends.
+        assert_eq!(laravel_trimmed("a\0b\u{180E}c"), "a\0b\u{180E}c");
     }
 
     #[test]

@@ -410,16 +410,21 @@ fn redact_one(url: &str) -> String {
         (Some(start), Some(at)) if at > start => {
             format!("{}***{}", &url[..start + 3], &url[at..])
         }
+        // A URL whose `://` is mistyped or missing: all before the `@` may
+        // be credentials.
+        (_, Some(at)) => format!("***{}", &url[at..]),
         _ => url.to_owned(),
     };
     let Some((before, query)) = shown.split_once('?') else {
         return shown;
     };
+    // Every value but the two that hold no secret: a password may come in
+    // a pair that is not read (`?password=`), which the refusal names.
     let query: Vec<String> = query
         .split('&')
         .map(|pair| match pair.split_once('=') {
-            Some((name @ ("user" | "pass"), _)) => format!("{name}=***"),
-            _ => pair.to_owned(),
+            Some(("db" | "protocol", _)) | None => pair.to_owned(),
+            Some((name, _)) => format!("{name}=***"),
         })
         .collect();
     format!("{before}?{}", query.join("&"))
