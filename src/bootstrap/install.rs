@@ -20,7 +20,7 @@ impl BootPlan {
     /// for Redis beyond one `PING` each, bounded by the configured timeouts.
     /// A Redis that does not answer (a timeout, a refused or reset
     /// connection, a Redis still loading its data) is logged at `warn` and
-    /// boot goes on: the connection retries in the background, and requests
+    /// boot goes on: each call tries to connect again, and requests
     /// follow the backend-error policy until Redis answers. A Redis that
     /// answers and refuses the credentials (`WRONGPASS`, `NOAUTH`) or the
     /// database (`DB index is out of range`) refuses boot, naming the

@@ -23,7 +23,7 @@ pub struct BootSummary {
     /// The Redis URL(s) with credentials hidden, for the Redis driver.
     pub redis: Option<String>,
     /// For the Redis driver, whether Redis answered a `PING` at boot. When it
-    /// did not, boot went on: the connection retries in the background and
+    /// did not, boot went on: each call tries to connect again, and
     /// requests follow the backend-error policy until Redis answers. (A
     /// Redis that answered with a refusal of the credentials or the
     /// database refused boot instead.)

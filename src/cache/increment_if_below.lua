@@ -90,7 +90,11 @@ local function window_end(text)
 end
 
 local opened = false
-if KEYS[2] then
+-- The timer is written only when it is missing: a full bucket whose
+-- window is open is refused without a write, so a Redis out of memory
+-- (maxmemory with noeviction refuses a script's first write) still refuses
+-- it, as Laravel's tooManyAttempts, which only reads, does.
+if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 0 then
     opened = redis.call('SET', KEYS[2], ARGV[4], 'EX', ARGV[1], 'NX')
 end
 local current = redis.call('GET', KEYS[1])

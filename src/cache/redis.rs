@@ -70,7 +70,9 @@ static INCREMENT_IF_BELOW: LazyLock<LuaScript> =
 /// conditional increment), is the same script given both keys on one node,
 /// one command per request; on a cluster it is `SET NX EX` and the script
 /// sent at once, in one round trip. Every call is bounded by the
-/// connection's timeouts and then fails with [`CacheError::Timeout`].
+/// connection's timeouts and then fails with [`CacheError::Timeout`]; a
+/// read (`get`, `ttl`) or a count that finds its connection dropped is
+/// sent once more, as [`RedisConnection`] says.
 ///
 /// ```no_run
 /// use suprnova::cache::{RedisStore, Store};
@@ -161,7 +163,7 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn get(&self, key: &str) -> Result<Option<String>, CacheError> {
-        Ok(self.conn.query(cmd("GET").arg(self.full_key(key))).await?)
+        Ok(self.conn.read(cmd("GET").arg(self.full_key(key))).await?)
     }
 
     async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
@@ -276,7 +278,7 @@ impl Store for RedisStore {
 
     async fn ttl(&self, key: &str) -> Result<Option<Duration>, CacheError> {
         // PTTL answers -2 for a missing key and -1 for one without expiry.
-        let millis: i64 = self.conn.query(cmd("PTTL").arg(self.full_key(key))).await?;
+        let millis: i64 = self.conn.read(cmd("PTTL").arg(self.full_key(key))).await?;
         Ok(u64::try_from(millis).ok().map(Duration::from_millis))
     }
 

@@ -42,8 +42,9 @@ pub enum RedisBackendError {
 /// connection whose peer vanished without a word, as when a NAT or a load
 /// balancer drops its flow, gets none until the kernel gives up on it, about
 /// fifteen minutes later), after `READONLY` (the address now leads to a
-/// replica: a failover behind one DNS name), and after a refused password
-/// (redis-rs would keep answering with that refusal). A cluster's new
+/// replica: a failover behind one DNS name), after a refused password
+/// (redis-rs would keep answering with that refusal), and after a refused
+/// connection (so the first call once Redis is back is decided). A cluster's new
 /// connection is connected in the background while calls go on using the
 /// old one, and taken once it connects: a timeout may be one hung master's,
 /// whose keys wait while the other masters answer, and a new connection
@@ -222,10 +223,13 @@ impl Used<'_> {
 }
 
 /// Whether `error` says that the connection will not serve again, though
-/// a new one may: the peer answers nothing, it is a replica now, or it
-/// refused the password (which redis-rs would answer every call with).
+/// a new one may: the peer answers nothing, it is a replica now, it refused
+/// the password (which redis-rs would answer every call with), or the
+/// connection was refused (redis-rs keeps its last failed reconnect's
+/// refusal and answers the next call with it, though Redis may be back).
 fn needs_a_new_connection(error: &::redis::RedisError) -> bool {
     error.is_timeout()
+        || error.is_connection_refusal()
         || matches!(
             error.kind(),
             ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::ReadOnly)
@@ -321,6 +325,18 @@ impl RedisConnection {
     pub async fn query<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisBackendError> {
         self.bounded(
             false,
+            |mut link| async move { cmd.query_async(&mut link).await },
+        )
+        .await
+    }
+
+    /// Runs one command that only reads (`GET`, `PTTL`): sent once more,
+    /// as a decision is, when it finds its connection to one node dropped
+    /// (Redis restarted, or closed the connection idle), since a read run
+    /// twice answers as once.
+    pub(crate) async fn read<T: FromRedisValue>(&self, cmd: &Cmd) -> Result<T, RedisBackendError> {
+        self.bounded(
+            true,
             |mut link| async move { cmd.query_async(&mut link).await },
         )
         .await
