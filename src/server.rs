@@ -278,6 +278,7 @@ impl Server {
                     let service = service_fn(move |req: http::Request<Incoming>| {
                         let busy = activity.begin();
                         let head = req.method() == http::Method::HEAD;
+                        let http2 = req.version() == http::Version::HTTP_2;
                         if let Some(fault) = target_fault(req.method(), req.uri())
                             .or_else(|| host_fault(req.version(), req.headers()))
                         {
@@ -308,7 +309,8 @@ impl Server {
                         let answer =
                             catching_panics(|| Router::dispatch_handled(router, request));
                         Either::Right(async move {
-                            let answer = answer.await.into_http_answering(head);
+                            let answer = final_answer(answer.await, http2);
+                            let answer = answer.into_http_answering(head);
                             drop(busy);
                             Ok::<_, Infallible>(answer)
                         })
@@ -434,6 +436,22 @@ where
 /// Returns a future rather than being an `async fn`: an `async fn` would
 /// keep room for its argument beside the future it awaits, doubling what
 /// every request's future holds.
+/// A handler's answer as the final one. Over HTTP/2 a `1xx` cannot be one
+/// (RFC 9113, 8.1: an interim HEADERS frame that ends its stream is
+/// malformed, and the client gets no answer): it gets `500`, as hyper
+/// answers a handler's `100` or `103` over HTTP/1 (where a `101` is a
+/// WebSocket route's upgrade).
+fn final_answer(answer: HttpResponse, http2: bool) -> HttpResponse {
+    if http2 && answer.status_code_typed().is_informational() {
+        tracing::error!(
+            status = answer.status_code(),
+            "a handler answered an HTTP/2 request with a 1xx status; answering 500"
+        );
+        return HttpResponse::text("500 Internal Server Error").status(500);
+    }
+    answer
+}
+
 fn catching_panics<F: Future<Output = HttpResponse>>(
     dispatch: impl FnOnce() -> F,
 ) -> impl Future<Output = HttpResponse> {

@@ -168,9 +168,11 @@ impl HttpResponse {
     /// `Transfer-Encoding` the handler set is left out, and so is a
     /// `Content-Length` that differs from the body's (an empty body keeps
     /// it, as the answer to a `HEAD` does), or that a `1xx` or `204`
-    /// carries (RFC 9110, section 8.6: they have no content). Sent as set,
-    /// either would give a head that disagrees with the body, and the
-    /// client would read the rest of the body as the next response.
+    /// carries (RFC 9110, section 8.6). Sent as set, either would give a
+    /// head that disagrees with the body, and the client would read the
+    /// rest of the body as the next response. A `1xx`, `204` or `304` has
+    /// no content (RFC 9110, sections 15.3.5 and 15.4.5): a body the
+    /// handler left on it is left out.
     pub fn into_http(self) -> http::Response<Full<Bytes>> {
         self.into_wire(Answering::Unknown)
     }
@@ -179,14 +181,14 @@ impl HttpResponse {
     /// it is a `HEAD` request, as the server sends it on either protocol.
     ///
     /// The answer to `HEAD` carries no content (RFC 9110, section 9.3.2),
-    /// with the `Content-Length` of the content a `GET` would have had (`0`
-    /// for none, and none on a `1xx` or `204`, or on a `304` that did not
-    /// set one):
-    /// hyper leaves the content out over HTTP/1, but over HTTP/2 it would
-    /// send it, and a client resets the stream. Any other answer with no
-    /// content but a `304` keeps no `Content-Length` other than `0`: over
+    /// with the `Content-Length` of the content a `GET` would have had (none
+    /// on a `1xx` or `204`, or on a `304` that did not set one): hyper
+    /// leaves the content out over HTTP/1, but over HTTP/2 it would send
+    /// it, and a client resets the stream. Any other answer with no content
+    /// but a `304` says `Content-Length: 0`, whatever length it set: over
     /// HTTP/2 a length that no content follows is a malformed answer (RFC
-    /// 9113, section 8.1.1), and over HTTP/1 hyper writes `0` anyway.
+    /// 9113, section 8.1.1), and over HTTP/1 hyper writes `0` anyway; so
+    /// `HEAD` and `GET` give the same length on either protocol.
     pub(crate) fn into_http_answering(self, head: bool) -> http::Response<Full<Bytes>> {
         self.into_wire(if head {
             Answering::Head
@@ -205,25 +207,33 @@ impl HttpResponse {
         let mut body = self.body;
         headers.remove(TRANSFER_ENCODING);
         // RFC 9110, 8.6: no Content-Length on a 1xx or a 204, which have no
-        // content; a GET's 304 has one only as set, which HEAD's keeps too.
+        // content; a 304 has none either, and keeps a length only as set.
+        // Their content is left out: hyper leaves it out over HTTP/1, but
+        // over HTTP/2 it would send it.
         let has_no_content =
             self.status.is_informational() || self.status == StatusCode::NO_CONTENT;
-        let gets_a_length = !has_no_content && self.status != StatusCode::NOT_MODIFIED;
+        let not_modified = self.status == StatusCode::NOT_MODIFIED;
         let length = headers.get(CONTENT_LENGTH);
         if has_no_content {
             if length.is_some() {
                 headers.remove(CONTENT_LENGTH);
             }
+            body = Bytes::new();
         } else if body.is_empty() {
             // A HEAD's answer (or one to a request not known) keeps its
-            // length; any other keeps none but 0, a 304's excepted. A HEAD's
-            // answer without one says 0, as a GET's does.
+            // length; any other keeps none but 0, a 304's excepted. An
+            // answer to a known request without one says 0, HEAD's as
+            // GET's, on either protocol (hyper writes it over HTTP/1 only).
             if answering == Answering::Other
-                && self.status != StatusCode::NOT_MODIFIED
+                && !not_modified
                 && length.is_some_and(|length| length.as_bytes() != b"0")
             {
                 headers.remove(CONTENT_LENGTH);
-            } else if head && gets_a_length && length.is_none() {
+            }
+            if answering != Answering::Unknown
+                && !not_modified
+                && !headers.contains_key(CONTENT_LENGTH)
+            {
                 headers.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
             }
         } else if length.is_some() {
@@ -242,10 +252,10 @@ impl HttpResponse {
                 headers.remove(CONTENT_LENGTH);
             }
         }
-        if head && !body.is_empty() {
-            if gets_a_length {
-                headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-            }
+        if not_modified {
+            body = Bytes::new();
+        } else if head && !body.is_empty() {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
             body = Bytes::new();
         }
         let mut response = http::Response::new(Full::new(body));
@@ -300,6 +310,49 @@ impl IntoResponse for String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The `Content-Length` and the body an answer goes out with.
+    fn wire(response: HttpResponse, head: bool) -> (Option<String>, usize) {
+        let wire = response.into_http_answering(head);
+        let length = wire
+            .headers()
+            .get(CONTENT_LENGTH)
+            .map(|v| v.to_str().unwrap().to_owned());
+        (
+            length,
+            http_body::Body::size_hint(wire.body()).exact().unwrap() as usize,
+        )
+    }
+
+    #[test]
+    fn head_and_get_carry_one_length_and_no_content_has_none() {
+        let zero = (Some("0".to_owned()), 0);
+        for head in [false, true] {
+            assert_eq!(wire(HttpResponse::new(), head), zero);
+            assert_eq!(
+                wire(HttpResponse::new().header("Content-Length", "5"), false),
+                zero
+            );
+            assert_eq!(
+                wire(HttpResponse::text("never").status(204), head),
+                (None, 0)
+            );
+            assert_eq!(
+                wire(HttpResponse::text("cached").status(304), head),
+                (None, 0)
+            );
+        }
+        assert_eq!(wire(HttpResponse::text("abc"), false), (None, 3));
+        assert_eq!(
+            wire(HttpResponse::text("abc"), true),
+            (Some("3".to_owned()), 0)
+        );
+        let mut twice = HttpResponse::text("abc").header("Content-Length", "3");
+        twice
+            .headers_mut()
+            .append(CONTENT_LENGTH, HeaderValue::from_static("4"));
+        assert_eq!(wire(twice, false), (None, 3));
+    }
 
     #[test]
     fn invalid_header_is_left_out_not_a_panic() {
