@@ -23,7 +23,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http::HeaderMap;
 use http_body_util::Full;
-use hyper_util::rt::TokioIo;
 use support::clock_at;
 use support::http::{Reply, TestServer};
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
@@ -31,7 +30,6 @@ use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver, SlidingWindow
 use suprnova::server::handle_request_with_peer;
 use suprnova::{RateLimiter, Router, ThrottleRequestsMiddleware};
 use throttle_support::{memory_app, ok_routes};
-use tokio::net::TcpStream;
 use tokio::sync::Barrier;
 
 const CLIENTS: usize = 20;
@@ -62,43 +60,10 @@ fn throttle_route() -> Router {
     ok_routes(&[PATH]).middleware(ThrottleRequestsMiddleware::with(100, 1, ""))
 }
 
-/// One client: its own keep-alive HTTP/1.1 connection to `addr`, opened
-/// before `start`, then `ATTEMPTS` GETs one after the other on it.
-async fn client(addr: SocketAddr, start: Arc<Barrier>) -> Vec<Reply> {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    stream.set_nodelay(true).unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    let conn = tokio::spawn(conn);
-    start.wait().await;
-    let mut replies = Vec::with_capacity(ATTEMPTS);
-    for _ in 0..ATTEMPTS {
-        let request = http::Request::get(PATH)
-            .header(http::header::HOST, addr.to_string())
-            .body(Full::<Bytes>::default())
-            .unwrap();
-        // An error here is the server closing the kept-alive connection.
-        let response = sender.send_request(request).await.unwrap();
-        replies.push(Reply::read(response).await);
-    }
-    drop(sender);
-    conn.await.unwrap().expect("the connection ends cleanly");
-    replies
-}
-
-/// Every reply of `CLIENTS` concurrent clients to `server`.
+/// Every reply of `CLIENTS` concurrent clients to `server`, `ATTEMPTS`
+/// each, one after the other on a keep-alive connection of its own.
 async fn storm(server: &TestServer) -> Vec<Reply> {
-    let start = Arc::new(Barrier::new(CLIENTS));
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|_| tokio::spawn(client(server.addr(), start.clone())))
-        .collect();
-    let mut replies = Vec::with_capacity(CLIENTS * ATTEMPTS);
-    for task in tasks {
-        let client = support::within("a client's requests", Duration::from_secs(60), task);
-        replies.extend(client.await.unwrap());
-    }
-    replies
+    support::http::storm(server, CLIENTS, ATTEMPTS, PATH).await
 }
 
 /// Asserts the outcome of the scenario on `(status, headers)` of every

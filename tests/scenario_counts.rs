@@ -150,42 +150,10 @@ impl Running {
 // Twenty clients over HTTP
 // ---------------------------------------------------------------------------
 
-/// One client on its own keep-alive HTTP/1.1 connection, opened before
-/// `start`, then `ATTEMPTS` GETs of `PATH` one after the other.
-async fn client(addr: SocketAddr, start: Arc<Barrier>) -> Vec<Reply> {
-    let stream = TcpStream::connect(addr).await.unwrap();
-    stream.set_nodelay(true).unwrap();
-    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    let conn = tokio::spawn(conn);
-    start.wait().await;
-    let mut replies = Vec::with_capacity(ATTEMPTS);
-    for _ in 0..ATTEMPTS {
-        let request = http::Request::get(PATH)
-            .header(http::header::HOST, addr.to_string())
-            .body(Full::<Bytes>::default())
-            .unwrap();
-        let response = sender.send_request(request).await.unwrap();
-        replies.push(Reply::read(response).await);
-    }
-    drop(sender);
-    let _ = conn.await;
-    replies
-}
-
-/// Every reply of `CLIENTS` concurrent clients.
+/// Every reply of `CLIENTS` concurrent clients to `server`, `ATTEMPTS`
+/// each, one after the other on a keep-alive connection of its own.
 async fn storm(server: &TestServer) -> Vec<Reply> {
-    let start = Arc::new(Barrier::new(CLIENTS));
-    let tasks: Vec<_> = (0..CLIENTS)
-        .map(|_| tokio::spawn(client(server.addr(), start.clone())))
-        .collect();
-    let mut replies = Vec::with_capacity(CLIENTS * ATTEMPTS);
-    for task in tasks {
-        let one = support::within("a client's requests", Duration::from_secs(30), task);
-        replies.extend(one.await.unwrap());
-    }
-    replies
+    support::http::storm(server, CLIENTS, ATTEMPTS, PATH).await
 }
 
 /// What the storm's replies say.

@@ -4,16 +4,19 @@
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::{HeaderMap, Request};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
+use hyper_util::rt::{TokioExecutor, TokioIo};
 use suprnova::Router;
 use suprnova::container::App;
-use tokio::sync::oneshot;
+use tokio::net::TcpStream;
+use tokio::sync::{Barrier, oneshot};
 use tokio::task::JoinHandle;
 
 /// How a test's requests reach its router: the same scenario runs both
@@ -289,4 +292,59 @@ impl TimedServer {
             tokio::time::timeout(std::time::Duration::from_secs(5), self.serving).await;
         assert!(matches!(stopped_in, Ok(Ok(Ok(())))), "{stopped_in:?}");
     }
+}
+
+/// One client on its own keep-alive HTTP/1.1 connection to `addr`, opened
+/// before `start` lets every client go, then `attempts` GETs of `path` one
+/// after the other on it; the connection must end cleanly.
+async fn keep_alive_client(
+    addr: SocketAddr,
+    path: &'static str,
+    attempts: usize,
+    start: Arc<Barrier>,
+) -> Vec<Reply> {
+    let stream = TcpStream::connect(addr).await.unwrap();
+    stream.set_nodelay(true).unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    start.wait().await;
+    let mut replies = Vec::with_capacity(attempts);
+    for _ in 0..attempts {
+        let request = http::Request::get(path)
+            .header(http::header::HOST, addr.to_string())
+            .body(Full::<Bytes>::default())
+            .unwrap();
+        // An error here is the server closing the kept-alive connection.
+        let response = sender.send_request(request).await.unwrap();
+        replies.push(Reply::read(response).await);
+    }
+    drop(sender);
+    conn.await.unwrap().expect("the connection ends cleanly");
+    replies
+}
+
+/// Every reply of `clients` concurrent clients to `server`, each on its own
+/// keep-alive connection sending `attempts` GETs of `path`, all let go at
+/// once; each client must be done within a minute.
+pub async fn storm(
+    server: &TestServer,
+    clients: usize,
+    attempts: usize,
+    path: &'static str,
+) -> Vec<Reply> {
+    let start = Arc::new(Barrier::new(clients));
+    let tasks: Vec<_> = (0..clients)
+        .map(|_| {
+            let client = keep_alive_client(server.addr(), path, attempts, start.clone());
+            tokio::spawn(client)
+        })
+        .collect();
+    let mut replies = Vec::with_capacity(clients * attempts);
+    for task in tasks {
+        let client = super::within("a client's requests", Duration::from_secs(60), task);
+        replies.extend(client.await.unwrap());
+    }
+    replies
 }
