@@ -51,10 +51,7 @@ impl MiddlewareAliases {
     ///
     /// Arguments are split on `,` and trimmed, as Laravel splits them.
     pub fn resolve(&self, spec: &str) -> Result<Arc<dyn Middleware>, AliasError> {
-        let (name, args) = match spec.split_once(':') {
-            Some((name, args)) => (name.trim(), args.split(',').map(str::trim).collect()),
-            None => (spec.trim(), Vec::new()),
-        };
+        let (name, args) = spec_parts(spec);
         let factory = self
             .factories
             .read()
@@ -83,6 +80,21 @@ impl MiddlewareAliases {
         names.sort();
         names
     }
+}
+
+/// A middleware spec's name and arguments, each trimmed: `name` or
+/// `name:arg1,arg2`, the arguments split on `,` as Laravel splits them.
+fn spec_parts(spec: &str) -> (&str, Vec<&str>) {
+    match spec.split_once(':') {
+        Some((name, args)) => (name.trim(), args.split(',').map(str::trim).collect()),
+        None => (spec.trim(), Vec::new()),
+    }
+}
+
+/// Whether two specs name the same middleware with the same arguments,
+/// blanks around them aside (`throttle:2,1` and `throttle:2, 1`).
+pub(crate) fn same_spec(a: &str, b: &str) -> bool {
+    a == b || spec_parts(a) == spec_parts(b)
 }
 
 impl fmt::Debug for MiddlewareAliases {

@@ -36,4 +36,5 @@ pub use alias::{
 };
 pub use chain::{Middleware, Next};
 
+pub(crate) use alias::same_spec;
 pub(crate) use chain::{ChainHandle, RouteChain, run_chain};

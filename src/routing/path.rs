@@ -42,6 +42,16 @@ impl PathPattern {
                          are not supported)"
                     ));
                 }
+                // One name, one value: a second `{id}` would leave its value
+                // unread (Laravel's route compiler refuses it too).
+                if segments
+                    .iter()
+                    .any(|segment| matches!(segment, Segment::Param(other) if other == name))
+                {
+                    return Err(format!(
+                        "route path {raw:?} names the parameter {name:?} twice"
+                    ));
+                }
                 segments.push(Segment::Param(name.to_owned()));
             } else if part.contains(['{', '}']) {
                 return Err(format!(

@@ -9,7 +9,9 @@ use http::Method;
 use super::handler::Handler;
 use super::path::PathPattern;
 use crate::http::{HttpResponse, Request};
-use crate::middleware::{ChainHandle, Middleware, MiddlewareAliases, RouteChain, run_chain};
+use crate::middleware::{
+    ChainHandle, Middleware, MiddlewareAliases, RouteChain, run_chain, same_spec,
+};
 
 /// A route that could not be registered.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -345,7 +347,7 @@ impl Router {
                 route
                     .names
                     .iter()
-                    .position(|name| name.as_deref() == Some(label))
+                    .position(|name| name.as_deref().is_some_and(|name| same_spec(name, label)))
             });
             if copy.is_some() && matches!(place, Place::Inside) {
                 continue;
@@ -476,6 +478,11 @@ impl Router {
         if let Some(error) = self.errors.first() {
             tracing::error!(%error, "request on a router with registration errors");
             return Err(HttpResponse::text("500 Internal Server Error").status(500));
+        }
+        if !request.path().starts_with('/') {
+            // `OPTIONS *` (the server as a whole) or `CONNECT host:443` (an
+            // authority): no route's path, though `*` reads as a segment.
+            return Err(HttpResponse::text("404 Not Found").status(404));
         }
         let mut allowed: Vec<&Method> = Vec::new();
         // A `GET` route answers `HEAD` unless a `HEAD` route of its own does.
