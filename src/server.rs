@@ -370,6 +370,11 @@ where
 /// Runs `request` through `router` in process as if it came from `peer`.
 /// Use it in your own accept loop, and in tests.
 ///
+/// The answer is the one the server sends: to a `HEAD`, no content, with
+/// the `Content-Length` of the content a `GET` would have had; to an
+/// HTTP/2 request, `500` for a handler's `1xx`. Convert it with
+/// [`HttpResponse::into_http`] for hyper, on either protocol.
+///
 /// ```
 /// use suprnova::{HttpResponse, Router};
 /// use suprnova::server::handle_request_with_peer;
@@ -404,8 +409,17 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
+    let head = request.method() == http::Method::HEAD;
+    let http2 = request.version() == http::Version::HTTP_2;
     let request = prepare(request, peer);
-    catching_panics(|| router.dispatch_outermost(request))
+    catching_panics(|| router.dispatch_outermost(request)).map(move |answer| {
+        let answer = final_answer(answer, http2);
+        if head {
+            answer.without_content()
+        } else {
+            answer
+        }
+    })
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies
@@ -429,13 +443,6 @@ where
     request
 }
 
-/// What the future `dispatch` makes answers, or 500 when a handler or
-/// middleware panicked, whether while the future is made (a route with no
-/// middleware calls its handler then) or while it runs.
-///
-/// Returns a future rather than being an `async fn`: an `async fn` would
-/// keep room for its argument beside the future it awaits, doubling what
-/// every request's future holds.
 /// A handler's answer as the final one. Over HTTP/2 a `1xx` cannot be one
 /// (RFC 9113, 8.1: an interim HEADERS frame that ends its stream is
 /// malformed, and the client gets no answer): it gets `500`, as hyper
@@ -452,6 +459,13 @@ fn final_answer(answer: HttpResponse, http2: bool) -> HttpResponse {
     answer
 }
 
+/// What the future `dispatch` makes answers, or 500 when a handler or
+/// middleware panicked, whether while the future is made (a route with no
+/// middleware calls its handler then) or while it runs.
+///
+/// Returns a future rather than being an `async fn`: an `async fn` would
+/// keep room for its argument beside the future it awaits, doubling what
+/// every request's future holds.
 fn catching_panics<F: Future<Output = HttpResponse>>(
     dispatch: impl FnOnce() -> F,
 ) -> impl Future<Output = HttpResponse> {

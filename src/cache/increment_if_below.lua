@@ -115,13 +115,27 @@ if opened and current and greater(count_text, room) and not greater('0', room) t
     redis.call('DEL', KEYS[1])
     count_text = '0'
 end
-if greater(count_text, room) then
+-- The answer to a call that does not count.
+local function refused()
     if KEYS[2] then
         return string.format('0 %s %s', count_text, window_end(redis.call('GET', KEYS[2])))
     end
     return '0 ' .. count_text
 end
-local next = redis.call('INCRBY', KEYS[1], ARGV[2])
+if greater(count_text, room) then
+    return refused()
+end
+local next = redis.pcall('INCRBY', KEYS[1], ARGV[2])
+if type(next) == 'table' then
+    -- Past a 64-bit integer ("increment or decrement would overflow"): the
+    -- room bounds an increment, so only a decrement gets here, and it is
+    -- refused, as the memory store refuses it, with the counter left as it
+    -- was. Any other error (out of memory) is the call's error.
+    if string.find(next.err, 'overflow', 1, true) then
+        return refused()
+    end
+    return next
+end
 if redis.call('TTL', KEYS[1]) < 0 then
     redis.call('EXPIRE', KEYS[1], ARGV[1])
 end

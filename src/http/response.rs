@@ -197,6 +197,21 @@ impl HttpResponse {
         })
     }
 
+    /// The answer to a `HEAD` as [`HttpResponse::into_http_answering`]
+    /// gives it, kept as an answer: no content, with the `Content-Length`
+    /// of the content a `GET` would have had, which
+    /// [`HttpResponse::into_http`] keeps.
+    pub(crate) fn without_content(self) -> Self {
+        let wire = self.into_wire(Answering::Head);
+        let (parts, _) = wire.into_parts();
+        Self {
+            status: parts.status,
+            headers: Box::new(parts.headers),
+            body: Bytes::new(),
+            extensions: parts.extensions,
+        }
+    }
+
     /// The answer as it goes out to a request `answering` says of (what
     /// [`HttpResponse::into_http`] and [`HttpResponse::into_http_answering`]
     /// say), in one pass over the headers.
@@ -213,6 +228,11 @@ impl HttpResponse {
         let has_no_content =
             self.status.is_informational() || self.status == StatusCode::NO_CONTENT;
         let not_modified = self.status == StatusCode::NOT_MODIFIED;
+        if headers.contains_key(CONTENT_LENGTH) && lengths_disagree(&headers) {
+            // Two values a handler set (or appended): neither is believed,
+            // and the answer gets its body's, as one with none does.
+            headers.remove(CONTENT_LENGTH);
+        }
         let length = headers.get(CONTENT_LENGTH);
         if has_no_content {
             if length.is_some() {
@@ -263,6 +283,15 @@ impl HttpResponse {
         *response.headers_mut() = headers;
         *response.extensions_mut() = self.extensions;
         response
+    }
+}
+
+/// Whether `headers` hold two `Content-Length` values that differ.
+fn lengths_disagree(headers: &HeaderMap) -> bool {
+    let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
+    match (lengths.next(), lengths.next()) {
+        (Some(first), Some(second)) => first != second || lengths.any(|other| other != first),
+        _ => false,
     }
 }
 

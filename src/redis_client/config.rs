@@ -74,7 +74,8 @@ pub(crate) fn is_socket_scheme(scheme: &str) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{url:?} is not a usable Redis URL: {reason}")]
 pub struct RedisUrlError {
-    /// The URL (or the part of a list) that was refused.
+    /// The URL (or the part of a list) that was refused, its credentials
+    /// hidden (`redis://***@cache.internal:6379`, `?pass=***`).
     pub url: String,
     /// Why.
     pub reason: String,
@@ -90,7 +91,7 @@ impl RedisConfig {
     pub fn from_url(url: &str) -> Result<Self, RedisUrlError> {
         let url = url.trim();
         let refuse = |part: &str, reason: &str| RedisUrlError {
-            url: part.to_owned(),
+            url: redact_credentials(part),
             reason: reason.to_owned(),
         };
         if url.is_empty() {
@@ -293,11 +294,11 @@ impl RedisUrlError {
     /// is left out when its hidden form cannot be found in the value's (a
     /// piece cut at a comma inside a password, which would show part of it).
     pub(crate) fn reason_in(&self, raw: &str) -> String {
-        let node = redact_credentials(&self.url);
-        if self.url == raw.trim() || !redact_credentials(raw).contains(&node) {
+        let raw = redact_credentials(raw.trim());
+        if self.url == raw || !raw.contains(&self.url) {
             return self.reason.clone();
         }
-        format!("{node:?}: {}", self.reason)
+        format!("{:?}: {}", self.url, self.reason)
     }
 }
 
@@ -398,6 +399,13 @@ pub(crate) fn redact_credentials(urls: &str) -> String {
         .join(",")
 }
 
+/// Whether `text` holds a `?` with a `=` after it: a query pair, which a
+/// password written in a URL's user part would hold only by chance.
+fn query_pair_before(text: &str) -> bool {
+    text.split_once('?')
+        .is_some_and(|(_, after)| after.contains('='))
+}
+
 fn redact_one(url: &str) -> String {
     // A socket's credentials are in its query, where a password may hold an
     // `@`; a TCP URL's are before its host, where a password may hold a `?`.
@@ -407,11 +415,18 @@ fn redact_one(url: &str) -> String {
         url.len()
     };
     let shown = match (url.find("://"), url[..userinfo_ends].rfind('@')) {
+        // A query pair before the `@`: the `@` may be a query value's (a
+        // password given as `?password=a@b`), and what follows it a
+        // secret's tail.
+        (Some(start), Some(at)) if at > start && query_pair_before(&url[start + 3..at]) => {
+            format!("{}***", &url[..start + 3])
+        }
         (Some(start), Some(at)) if at > start => {
             format!("{}***{}", &url[..start + 3], &url[at..])
         }
         // A URL whose `://` is mistyped or missing: all before the `@` may
         // be credentials.
+        (_, Some(at)) if query_pair_before(&url[..at]) => "***".to_owned(),
         (_, Some(at)) => format!("***{}", &url[at..]),
         _ => url.to_owned(),
     };
@@ -532,6 +547,12 @@ mod tests {
             redact_credentials("redis://app:se?cret@h:6379"),
             "redis://***@h:6379"
         );
+        // An `@` in a query value: the host is not told from the secret.
+        assert_eq!(
+            redact_credentials("redis://h:6379/?password=ad@min"),
+            "redis://***"
+        );
+        assert_eq!(redact_credentials("h:6379/?password=ad@min"), "***");
         // A comma in a password does not start another URL.
         assert_eq!(
             redact_credentials("redis://app:pa,s3cret@h:6379,redis://v:q,r@b:1"),

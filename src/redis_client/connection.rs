@@ -53,8 +53,9 @@ pub enum RedisBackendError {
 /// the peer reset it) is sent once more, on the connection redis-rs opens
 /// again, within the same deadline: should Redis have run the first send,
 /// the hit counts twice, which can refuse early and never admits more.
-/// Other commands are not sent again on one node: a `DECRBY` run twice
-/// would take back too much. On a cluster, redis-rs's client sends a
+/// The cache store's reads (`GET`, `PTTL`) are sent once more the same
+/// way: run twice, a read answers as once. Other commands are not sent
+/// again on one node: a `DECRBY` run twice would take back too much. On a cluster, redis-rs's client sends a
 /// command again by itself after a dropped connection, whatever the
 /// command: a decrement whose answer was lost with its connection can be
 /// taken back twice there.
