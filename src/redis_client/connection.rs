@@ -43,8 +43,9 @@ pub enum RedisBackendError {
 /// balancer drops its flow, gets none until the kernel gives up on it, about
 /// fifteen minutes later), after `READONLY` (the address now leads to a
 /// replica: a failover behind one DNS name), after a refused password
-/// (redis-rs would keep answering with that refusal), and after a refused
-/// connection (so the first call once Redis is back is decided). A cluster's new
+/// (redis-rs would keep answering with that refusal), and, on one node,
+/// after a refused connection (so the first call once Redis is back is
+/// decided). A cluster's new
 /// connection is connected in the background while calls go on using the
 /// old one, and taken once it connects: a timeout may be one hung master's,
 /// whose keys wait while the other masters answer, and a new connection
@@ -224,13 +225,10 @@ impl Used<'_> {
 }
 
 /// Whether `error` says that the connection will not serve again, though
-/// a new one may: the peer answers nothing, it is a replica now, it refused
-/// the password (which redis-rs would answer every call with), or the
-/// connection was refused (redis-rs keeps its last failed reconnect's
-/// refusal and answers the next call with it, though Redis may be back).
+/// a new one may: the peer answers nothing, it is a replica now, or it
+/// refused the password (which redis-rs would answer every call with).
 fn needs_a_new_connection(error: &::redis::RedisError) -> bool {
     error.is_timeout()
-        || error.is_connection_refusal()
         || matches!(
             error.kind(),
             ErrorKind::AuthenticationFailed | ErrorKind::Server(ServerErrorKind::ReadOnly)
@@ -419,6 +417,16 @@ impl RedisConnection {
         };
         match tokio::time::timeout(deadline, attempts).await {
             Ok(Ok(answer)) => Ok(answer),
+            // One node's connection that was refused: redis-rs keeps its
+            // last failed reconnect's refusal and answers the next call
+            // with it, though Redis may be back. (A cluster's client
+            // connects again to a node by itself; a new cluster connection
+            // for each refusal while a master is down would connect to
+            // every other master each time.)
+            Ok(Err(e)) if e.is_connection_refusal() && matches!(used, Used::Single(..)) => {
+                used.replace();
+                Err(RedisBackendError::from(e))
+            }
             Ok(Err(e)) if needs_a_new_connection(&e) => {
                 used.replace();
                 // The connection's own response timeout can fire before
