@@ -412,14 +412,19 @@ where
     let head = request.method() == http::Method::HEAD;
     let http2 = request.version() == http::Version::HTTP_2;
     let request = prepare(request, peer);
-    catching_panics(|| router.dispatch_outermost(request)).map(move |answer| {
+    let answer = catching_panics(|| router.dispatch_outermost(request));
+    if !head && !http2 {
+        // The answer as it is: nothing to leave out or to replace.
+        return Either::Left(answer);
+    }
+    Either::Right(answer.map(move |answer| {
         let answer = final_answer(answer, http2);
         if head {
             answer.without_content()
         } else {
             answer
         }
-    })
+    }))
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies

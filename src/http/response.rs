@@ -228,12 +228,15 @@ impl HttpResponse {
         let has_no_content =
             self.status.is_informational() || self.status == StatusCode::NO_CONTENT;
         let not_modified = self.status == StatusCode::NOT_MODIFIED;
-        if headers.contains_key(CONTENT_LENGTH) && lengths_disagree(&headers) {
+        // One look-up on the common path, where no length is set.
+        let mut length = headers.get(CONTENT_LENGTH).cloned();
+        if length.is_some() && lengths_disagree(&headers) {
             // Two values a handler set (or appended): neither is believed,
             // and the answer gets its body's, as one with none does.
             headers.remove(CONTENT_LENGTH);
+            length = None;
         }
-        let length = headers.get(CONTENT_LENGTH);
+        let length = length.as_ref();
         if has_no_content {
             if length.is_some() {
                 headers.remove(CONTENT_LENGTH);
