@@ -37,14 +37,7 @@ async fn get(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> Option<
 }
 
 async fn set(conn: &mut redis::aio::MultiplexedConnection, key: &str, value: &str) {
-    let () = redis::cmd("SET")
-        .arg(key)
-        .arg(value)
-        .arg("EX")
-        .arg(60)
-        .query_async(conn)
-        .await
-        .unwrap();
+    support::redis::set_for_a_minute(conn, key, value).await;
 }
 
 async fn keys(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {

@@ -20,14 +20,7 @@ async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
 }
 
 async fn set(conn: &mut redis::aio::MultiplexedConnection, key: &str, value: i64) {
-    let () = redis::cmd("SET")
-        .arg(format!("{PREFIX}{key}"))
-        .arg(value)
-        .arg("EX")
-        .arg(60)
-        .query_async(conn)
-        .await
-        .unwrap();
+    support::redis::set_for_a_minute(conn, &format!("{PREFIX}{key}"), value).await;
 }
 
 /// What the memory store decides for `start`, `amount` and `ceiling`.

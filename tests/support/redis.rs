@@ -424,3 +424,20 @@ pub fn connect(url: &str) -> suprnova::redis_client::RedisConnection {
     use suprnova::redis_client::{RedisConfig, RedisConnection};
     RedisConnection::new(RedisConfig::from_url(url).unwrap()).unwrap()
 }
+
+/// `SET key value EX 60` through a plain client, as another application
+/// writes a value.
+pub async fn set_for_a_minute(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    value: impl redis::ToRedisArgs,
+) {
+    let () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .arg("EX")
+        .arg(60)
+        .query_async(conn)
+        .await
+        .unwrap();
+}
