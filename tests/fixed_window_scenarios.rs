@@ -14,6 +14,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use support::load::{CLIENTS, Profile, arrivals};
 use suprnova::cache::MemoryStore;
 use suprnova::clock::{Clock, FakeClock};
@@ -113,19 +115,32 @@ async fn idle_then_burst_admits_10() {
     assert_eq!(send(&clock, &limiter, 30, Duration::ZERO).await.len(), 10);
 }
 
-/// (requests sent, requests refused) for one client at 600 a minute.
-async fn replay(profile: Profile) -> (u32, u32) {
+/// (requests sent, requests refused) for one client replayed on a fresh
+/// fixed window, `admits` deciding each request given the limiter, the
+/// replay's start and the request's time from it.
+async fn replay_by<F: Future<Output = bool>>(
+    profile: Profile,
+    admits: impl Fn(CacheRateLimiter, DateTime<Utc>, Duration) -> F,
+) -> (u32, u32) {
     let (clock, limiter) = fixed_window();
     let start = clock.now_utc();
     let (mut sent, mut refused) = (0, 0);
     for at in arrivals(profile) {
         clock.set(start + at);
         sent += 1;
-        if !admits(&limiter, "client", 600, 60).await {
+        if !admits(limiter.clone(), start, at).await {
             refused += 1;
         }
     }
     (sent, refused)
+}
+
+/// (requests sent, requests refused) for one client at 600 a minute.
+async fn replay(profile: Profile) -> (u32, u32) {
+    replay_by(profile, |limiter, _, _| async move {
+        admits(&limiter, "client", 600, 60).await
+    })
+    .await
 }
 
 // The five-minute load at 600 a minute through the fixed window. Per client
@@ -168,20 +183,15 @@ async fn through<F: Future<Output = (u32, u32)>>(
 /// ends at the next minute ([`CacheRateLimiter::hit_until`]), checked first
 /// as Laravel's `tooManyAttempts` checks.
 async fn replay_on_clock_minutes(profile: Profile) -> (u32, u32) {
-    let (clock, limiter) = fixed_window();
-    let start = clock.now_utc();
-    let (mut sent, mut refused) = (0, 0);
-    for at in arrivals(profile) {
-        clock.set(start + at);
-        sent += 1;
+    replay_by(profile, |limiter, start, at| async move {
         if limiter.too_many_attempts("client", 600).await.unwrap() {
-            refused += 1;
-            continue;
+            return false;
         }
         let minute_ends = start + Duration::from_secs((at.as_secs() / 60 + 1) * 60);
         limiter.hit_until("client", minute_ends).await.unwrap();
-    }
-    (sent, refused)
+        true
+    })
+    .await
 }
 
 // The five-minute load with windows aligned on the clock minute, as the
