@@ -276,75 +276,90 @@ impl suprnova::clock::Clock for PausingClock {
 }
 
 /// A caller reads the clock a second before a full window of 2 ends and is
-/// held; the window ends and a read (`attempts`, as a throttle of several
-/// limits checks, or the sweep) removes the expired counter; then the
-/// caller goes on. It acts at the time the read removed the counter at, so
-/// it counts in the new window, which admits 2 with it. Acting at its own
-/// time, it found no counter under the old timer and made one that ended a
-/// second before the next window's timer, which then counted from 0 again:
-/// 3 admitted in the window after.
+/// held; the window ends and a read removes the expired counter
+/// (`attempts`, as a throttle of several limits checks, or the sweep) or
+/// the expired timer (`available_in`); then the caller goes on. It acts at
+/// a time no earlier than the removal, so it counts in the new window,
+/// which admits 2 with it and ends a whole window after the removal.
+///
+/// Held one second and acting at its own time, it found no counter under
+/// the old timer and made one that ended a second before the next
+/// window's timer, which then counted from 0 again: 3 admitted in the
+/// window after. Held three seconds, it was taken for a clock stepped back
+/// and acted at its own time: it found the timer gone and opened a window
+/// that ended three seconds early, or kept counting under the old one.
 #[test]
 fn a_caller_held_across_a_window_end_counts_in_the_new_window() {
     use suprnova::limiter::CacheRateLimiter;
-    for hit_and_check in [false, true] {
-        let take_on = move |limiter: Arc<CacheRateLimiter>| async move {
-            if hit_and_check {
-                !limiter.hit_and_check("k", 2, 10).await.unwrap()
-            } else {
-                limiter
-                    .increment_if_below("k", 10, 1, 2)
-                    .await
+    for (held, read_timer) in [(1, false), (1, true), (3, false), (3, true)] {
+        for hit_and_check in [false, true] {
+            let case =
+                format!("held {held} s, timer read {read_timer}, hit_and_check {hit_and_check}");
+            let take_on = move |limiter: Arc<CacheRateLimiter>| async move {
+                if hit_and_check {
+                    !limiter.hit_and_check("k", 2, 10).await.unwrap()
+                } else {
+                    limiter
+                        .increment_if_below("k", 10, 1, 2)
+                        .await
+                        .unwrap()
+                        .counted
+                }
+            };
+            let fake = clock_at(12, 0, 0);
+            let clock = Arc::new(PausingClock {
+                inner: fake.clone(),
+                armed: std::sync::atomic::AtomicBool::new(false),
+                read: std::sync::Barrier::new(2),
+                release: std::sync::Barrier::new(2),
+            });
+            let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+            let limiter = Arc::new(CacheRateLimiter::new(store, fake.shared()));
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .unwrap();
+            let take = |limiter: &Arc<CacheRateLimiter>| rt.block_on(take_on(limiter.clone()));
+            // [0, 10): full.
+            assert_eq!(
+                [take(&limiter), take(&limiter), take(&limiter)],
+                [true, true, false],
+                "{case}"
+            );
+            fake.advance(Duration::from_secs(9));
+            clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
+            let late = {
+                let limiter = limiter.clone();
+                std::thread::Builder::new()
+                    .name("late".into())
+                    .spawn(move || {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .build()
+                            .unwrap();
+                        rt.block_on(take_on(limiter))
+                    })
                     .unwrap()
-                    .counted
+            };
+            clock.read.wait(); // the late caller has read 9
+            fake.advance(Duration::from_secs(held)); // the window has ended
+            if read_timer {
+                assert_eq!(rt.block_on(limiter.available_in("k")).unwrap(), 0, "{case}");
+            } else {
+                assert_eq!(rt.block_on(limiter.attempts("k")).unwrap(), 0, "{case}");
             }
-        };
-        let fake = clock_at(12, 0, 0);
-        let clock = Arc::new(PausingClock {
-            inner: fake.clone(),
-            armed: std::sync::atomic::AtomicBool::new(false),
-            read: std::sync::Barrier::new(2),
-            release: std::sync::Barrier::new(2),
-        });
-        let store = Arc::new(MemoryStore::with_clock(clock.clone()));
-        let limiter = Arc::new(CacheRateLimiter::new(store, fake.shared()));
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let take = |limiter: &Arc<CacheRateLimiter>| rt.block_on(take_on(limiter.clone()));
-        // [0, 10): full.
-        assert_eq!(
-            [take(&limiter), take(&limiter), take(&limiter)],
-            [true, true, false]
-        );
-        fake.advance(Duration::from_secs(9));
-        clock.armed.store(true, std::sync::atomic::Ordering::SeqCst);
-        let late = {
-            let limiter = limiter.clone();
-            std::thread::Builder::new()
-                .name("late".into())
-                .spawn(move || {
-                    let rt = tokio::runtime::Builder::new_current_thread()
-                        .build()
-                        .unwrap();
-                    rt.block_on(take_on(limiter))
-                })
-                .unwrap()
-        };
-        clock.read.wait(); // the late caller has read 9
-        fake.advance(Duration::from_secs(1)); // 10: the window has ended
-        assert_eq!(rt.block_on(limiter.attempts("k")).unwrap(), 0);
-        clock.release.wait();
-        let mut admitted = usize::from(late.join().unwrap());
-        // [10, 20): a new window, limit 2, the late caller in it.
-        for _ in 0..3 {
-            admitted += usize::from(take(&limiter));
+            clock.release.wait();
+            let mut admitted = usize::from(late.join().unwrap());
+            // [9 + held, 19 + held): a new window, limit 2, the late caller
+            // in it.
+            for _ in 0..3 {
+                admitted += usize::from(take(&limiter));
+            }
+            fake.advance(Duration::from_secs(9)); // still in the new window
+            for _ in 0..3 {
+                admitted += usize::from(take(&limiter));
+            }
+            assert_eq!(admitted, 2, "{case}");
+            assert_eq!(rt.block_on(limiter.available_in("k")).unwrap(), 1, "{case}");
         }
-        fake.advance(Duration::from_secs(9)); // 19, still in [10, 20)
-        for _ in 0..3 {
-            admitted += usize::from(take(&limiter));
-        }
-        assert_eq!(admitted, 2, "hit_and_check: {hit_and_check}");
-        assert_eq!(rt.block_on(limiter.available_in("k")).unwrap(), 1);
     }
 }
 
@@ -448,4 +463,48 @@ async fn a_clock_stepped_back_after_a_removal_ends_a_new_keys_window_after_one_w
     assert_eq!(limiter.available_in("b").await.unwrap(), 60);
     clock.advance(Duration::from_secs(60));
     assert!(counted("b").await);
+}
+
+/// A counter written for 2 seconds (by `put`) that a window of 10 seconds
+/// then counts on lives as long as the window's timer: the window, having
+/// counted on the 1 it found, refuses for its whole 10 seconds. (The
+/// counter ended after 2 seconds, and the window counted from 0 again: 2
+/// more admitted under its limit of 2.)
+#[tokio::test]
+async fn a_counter_a_window_counts_on_lives_as_long_as_the_window() {
+    use suprnova::limiter::CacheRateLimiter;
+    for hit_and_check in [false, true] {
+        let (clock, store) = store_at_noon();
+        let store = Arc::new(store);
+        let limiter = CacheRateLimiter::new(store.clone(), clock.shared());
+        let take = || async {
+            if hit_and_check {
+                !limiter.hit_and_check("k", 2, 10).await.unwrap()
+            } else {
+                limiter
+                    .increment_if_below("k", 10, 1, 2)
+                    .await
+                    .unwrap()
+                    .counted
+            }
+        };
+        store.put("k", "1", Duration::from_secs(2)).await.unwrap();
+        assert!(take().await, "hit_and_check: {hit_and_check}");
+        assert!(!take().await, "hit_and_check: {hit_and_check}");
+        clock.advance(Duration::from_secs(2));
+        assert_eq!(
+            store.ttl("k").await.unwrap(),
+            Some(Duration::from_secs(8)),
+            "hit_and_check: {hit_and_check}"
+        );
+        assert!(!take().await, "hit_and_check: {hit_and_check}");
+        clock.advance(Duration::from_millis(7_999));
+        assert!(!take().await, "hit_and_check: {hit_and_check}");
+        // hit_and_check counts every call, as Laravel's hit does.
+        let counted = if hit_and_check { 5 } else { 2 };
+        assert_eq!(limiter.attempts("k").await.unwrap(), counted);
+        clock.advance(Duration::from_millis(1));
+        assert!(take().await, "hit_and_check: {hit_and_check}");
+        assert_eq!(limiter.attempts("k").await.unwrap(), 1);
+    }
 }

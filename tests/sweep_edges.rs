@@ -503,10 +503,13 @@ fn a_call_that_read_the_clock_before_the_last_sweep_does_not_sweep_the_store_aga
         },
     );
     assert_eq!(found, None);
+    // Its reading predates the sweep: it reads the clock once more, to act
+    // at the time the key's lock is taken, and sweeps nothing (a sweep
+    // reads it again, and takes the expired entry).
     assert_eq!(
         clock.reads(),
-        reads_before.get(),
-        "the held call read the clock again: it ran a sweep"
+        reads_before.get() + 1,
+        "the held call read the clock more than once again: it ran a sweep"
     );
     assert_eq!(store.len(), 1, "no sweep is due before +120 s");
 }

@@ -13,7 +13,8 @@
 --          ended window, and is reset before the count
 -- ARGV[1]  the time to live, in whole seconds (at least 1), that a counter
 --          without one gets when it counts (a new counter, or one that
---          INCRBY created without a time to live)
+--          INCRBY created without a time to live), and that a counter the
+--          call opening the window counts on gets when its own is shorter
 -- ARGV[2]  the amount to add (an integer, may be negative)
 -- ARGV[3]  the room: the ceiling less the amount (an integer, which may lie
 --          beyond a 64-bit one), which the count must not exceed
@@ -136,7 +137,12 @@ if type(next) == 'table' then
     end
     return next
 end
-if redis.call('TTL', KEYS[1]) < 0 then
+-- A counter without a time to live gets one. And a counter the call that
+-- opened the window counts on (one an earlier window left under its
+-- ceiling, or one put) lives at least as long as the window: ending first,
+-- it would start the window's count again before the window ends.
+local left = redis.call('PTTL', KEYS[1])
+if left < 0 or (opened and left < tonumber(ARGV[1]) * 1000) then
     redis.call('EXPIRE', KEYS[1], ARGV[1])
 end
 local next_text

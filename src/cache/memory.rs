@@ -62,6 +62,14 @@ pub struct MemoryStore {
     expired_up_to: AtomicU64,
 }
 
+/// A rate-limit window's timer as a count found it: the window's number
+/// (see [`MemoryStore::windows_opened`]) and when the timer expires.
+#[derive(Debug, Clone, Copy)]
+struct TimerFound {
+    number: u64,
+    expires_at: Option<Duration>,
+}
+
 #[derive(Debug, Clone)]
 struct Entry {
     value: Value,
@@ -211,20 +219,26 @@ impl MemoryStore {
     }
 
     /// When a call that read the clock at `now` acts, having taken a key's
-    /// lock: at the latest removal of expired entries when that is later,
-    /// as a call held between its reading and the lock must (see
-    /// [`MemoryStore::live`]), and at `now` when the removal is more than
-    /// [`HELD_AT_MOST`] later, which is the wall clock stepped back since,
-    /// not a call held.
-    ///
-    /// Compared in nanoseconds: a call that comes after no removal (the
-    /// usual case) pays one load, one conversion and one comparison.
+    /// lock: at `now` when no removal of expired entries came later (the
+    /// usual case, which pays one load, one conversion and one
+    /// comparison). Otherwise the call was held between its reading and
+    /// the lock, or the wall clock stepped back since: it reads the clock
+    /// again, and acts at that reading when the removal is not later
+    /// (a call held, however long: see [`MemoryStore::live`]). A removal
+    /// later than the new reading is a clock stepped back: the call acts at
+    /// the removal's time when that is at most [`STEP_BACK_HELD`] later,
+    /// and at the new reading otherwise, so that a step back does not hold
+    /// every window open until the clock is back where it was.
     #[inline]
     fn acting_at(&self, now: Duration) -> Duration {
         let removed_at = self.expired_up_to.load(Ordering::Relaxed);
-        let read = nanos(now);
-        if removed_at <= read || removed_at - read > HELD_AT_MOST_NANOS {
-            now
+        if removed_at <= nanos(now) {
+            return now;
+        }
+        let again = self.clock.now();
+        let read = nanos(again);
+        if removed_at <= read || removed_at - read > STEP_BACK_HELD_NANOS {
+            again
         } else {
             Duration::from_nanos(removed_at)
         }
@@ -236,7 +250,7 @@ impl MemoryStore {
     fn note_removal_at(&self, now: Duration) {
         let now = nanos(now);
         let removed_at = self.expired_up_to.load(Ordering::Relaxed);
-        if removed_at.saturating_sub(now) > HELD_AT_MOST_NANOS {
+        if removed_at.saturating_sub(now) > STEP_BACK_HELD_NANOS {
             self.expired_up_to.store(now, Ordering::Relaxed);
         } else {
             self.expired_up_to.fetch_max(now, Ordering::Relaxed);
@@ -264,20 +278,17 @@ impl MemoryStore {
     }
 
     /// The shard of `key`, locked, with an expired entry of `key` removed,
-    /// and the time the call acts at: `now`, read before the lock, or the
-    /// latest time another call removed expired entries at, if later.
+    /// and the time the call acts at: `now`, read before the lock, or a
+    /// reading taken again under the lock when another call removed
+    /// expired entries at a later time (see [`MemoryStore::acting_at`]).
     ///
     /// A call may read the clock and take a key's lock only after another
     /// call, which read the clock later, found an entry expired and removed
     /// it. Acting at its own earlier time, it would see the key as the
     /// other did not (a window's counter gone while its timer still stood)
-    /// and write entries that end before what the other wrote: a count
-    /// made in an ended window that then outlived it. Each removal notes
-    /// its time first, under the lock, so whoever takes the lock after it
-    /// acts no earlier. A removal more than [`HELD_AT_MOST`] later than
-    /// the call's reading is a clock stepped back, not a call held: the
-    /// call acts at its own time, so that a step back does not hold every
-    /// window open until the clock is back where it was.
+    /// and count in a window that has ended. Each removal notes its time
+    /// first, under the lock, so whoever takes the lock after it reads the
+    /// clock again and acts no earlier, however long it was held.
     fn live<'k>(&self, key: &'k str, now: Duration) -> (Locked<'_, 'k, Entry>, Duration) {
         let mut locked = self.entries.lock(key);
         let now = self.acting_at(now);
@@ -327,7 +338,7 @@ impl MemoryStore {
         let read = self.now_swept();
         let mut at = read;
         let (opened, window, now, mut counter) = loop {
-            let (opened, window, timer_ends, now) = {
+            let (opened, window, now) = {
                 let (mut timer, now) = self.live(count.timer_key, at);
                 // A timer opened later than the caller read its time ends
                 // as much later.
@@ -343,24 +354,24 @@ impl MemoryStore {
                     now,
                     count.ttl(),
                 );
-                let entry = timer.get();
-                let window = entry.map(|entry| entry.value.window_of_timer());
-                (
-                    opened,
-                    window,
-                    entry.and_then(|entry| entry.expires_at),
-                    now,
-                )
+                let window = timer.get().map(|entry| TimerFound {
+                    number: entry.value.window_of_timer(),
+                    expires_at: entry.expires_at,
+                });
+                (opened, window, now)
             };
             let (counter, now) = self.live(count.key, now);
-            if timer_ends.is_some_and(|ends| now >= ends) {
+            if window
+                .and_then(|timer| timer.expires_at)
+                .is_some_and(|ends| now >= ends)
+            {
                 at = now;
                 continue;
             }
             break (opened, window, now, counter);
         };
         if opened
-            && let Some(window) = window
+            && let Some(TimerFound { number: window, .. }) = window
             && count.amount <= count.ceiling
         {
             // A counter is a leftover only when this call opened the
@@ -405,8 +416,12 @@ impl MemoryStore {
     }
 
     /// [`Store::increment_if_below`] on the locked live entry of `key`.
-    /// A count made in a window (`window`, its timer's number) is
-    /// recorded with it.
+    /// A count made in a window (`window`, its timer) is recorded with the
+    /// window's number, and the counter lives at least as long as the
+    /// timer: a counter that ended first would start the window's count
+    /// again before the window ends (one made by a call that read the
+    /// clock before the window's opener did, or one an earlier window left
+    /// and this one counts on).
     fn count_below(
         shard: &mut Locked<'_, '_, Entry>,
         key: &str,
@@ -414,7 +429,7 @@ impl MemoryStore {
         decay_seconds: i64,
         amount: i64,
         ceiling: i64,
-        window: Option<u64>,
+        window: Option<TimerFound>,
     ) -> Result<IncrementOutcome, CacheError> {
         let current = match shard.get() {
             Some(entry) => entry.value.integer(key)?,
@@ -422,19 +437,23 @@ impl MemoryStore {
         };
         let outcome = IncrementOutcome::decide(current, amount, ceiling);
         if outcome.counted {
-            let decay = decay_ttl(decay_seconds);
+            let number = window.map(|timer| timer.number);
+            let timer_ends = window.and_then(|timer| timer.expires_at);
+            let expires_at = |held: Option<Duration>| {
+                held.or(timer_ends)
+                    .or_else(|| Self::expiry(now, decay_ttl(decay_seconds)))
+                    .max(timer_ends)
+            };
             // Look up before inserting: only a new key allocates.
             match shard.get_mut() {
                 Some(entry) => {
-                    entry.value = entry.value.counted(outcome.count, window);
-                    if entry.expires_at.is_none() {
-                        entry.expires_at = Self::expiry(now, decay);
-                    }
+                    entry.value = entry.value.counted(outcome.count, number);
+                    entry.expires_at = expires_at(entry.expires_at);
                 }
                 None => {
                     let entry = Entry {
-                        value: Value::Integer(0).counted(outcome.count, window),
-                        expires_at: Self::expiry(now, decay),
+                        value: Value::Integer(0).counted(outcome.count, number),
+                        expires_at: expires_at(None),
                     };
                     shard.insert(entry);
                 }
@@ -448,13 +467,15 @@ impl MemoryStore {
     }
 }
 
-/// The longest a call is taken to have been held between its reading of
-/// the clock and a key's lock (its thread preempted): a removal of expired
-/// entries later than that after its reading is a clock stepped back.
-const HELD_AT_MOST: Duration = Duration::from_secs(1);
+/// How far the wall clock may step back under a removal of expired
+/// entries and calls still act at the removal's time: a step back of up to
+/// this keeps every call at or after the removal (whose entries end no
+/// earlier than what the removal saw), and a longer one is taken as the
+/// new time.
+const STEP_BACK_HELD: Duration = Duration::from_secs(1);
 
-/// [`HELD_AT_MOST`] in nanoseconds.
-const HELD_AT_MOST_NANOS: u64 = HELD_AT_MOST.as_nanos() as u64;
+/// [`STEP_BACK_HELD`] in nanoseconds.
+const STEP_BACK_HELD_NANOS: u64 = STEP_BACK_HELD.as_nanos() as u64;
 
 /// `time` in nanoseconds, at most `u64::MAX` (the year 2554).
 #[inline]

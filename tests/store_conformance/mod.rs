@@ -385,8 +385,8 @@ pub async fn a_window_count_that_does_not_count_reads_the_window_end(store: &dyn
 /// A counter left full without its timer (the timer expired or was removed
 /// alone) belongs to an ended window: the count that opens the next window
 /// resets it and counts from 0, as Laravel's `tooManyAttempts` resets it. A
-/// counter under its ceiling is counted on, and one whose timer is there
-/// still refuses.
+/// counter under its ceiling is counted on, living at least as long as the
+/// window, and one whose timer is there still refuses.
 pub async fn a_window_count_resets_a_counter_left_full_without_its_timer(
     store: &dyn Store,
     p: &str,
@@ -423,6 +423,20 @@ pub async fn a_window_count_resets_a_counter_left_full_without_its_timer(
         .await
         .unwrap();
     assert_eq!(count("under").await, outcome(true, 2));
+    // Counted on, a counter that would end before the window it is now
+    // counted in lives as long as the window: ending first, it would start
+    // the window's count again before the window ends.
+    let short = format!("{p}short");
+    store
+        .put(&short, "1", Duration::from_secs(2))
+        .await
+        .unwrap();
+    assert_eq!(count("short").await, outcome(true, 2));
+    let ttl = store.ttl(&short).await.unwrap().unwrap();
+    assert!(ttl <= MINUTE && ttl > Duration::from_secs(55), "{ttl:?}");
+    // One that ends after the window keeps its own time to live.
+    let ttl = store.ttl(&under).await.unwrap().unwrap();
+    assert!(ttl > Duration::from_secs(295), "{ttl:?}");
 }
 
 /// A plain `increment` or `decrement` of a counter its open window counted
