@@ -170,7 +170,12 @@ pub(crate) fn parse_forwarded_ip(entry: &[u8]) -> Option<IpAddr> {
     if entry.len() > 64 {
         return None;
     }
-    let entry = std::str::from_utf8(entry).ok()?.trim();
+    // ASCII only, trimmed of ASCII blanks: `str::trim` would also take a
+    // no-break space (U+00A0) for a blank, and read the address it pads.
+    if !entry.is_ascii() {
+        return None;
+    }
+    let entry = std::str::from_utf8(entry.trim_ascii()).ok()?;
     if entry.is_empty() {
         return None;
     }
