@@ -162,6 +162,43 @@ pub fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// Pushes `part` onto `key` so that no two parts read the same once the
+/// key is cleaned ([`clean_rate_limiter_key`](crate::limiter::clean_rate_limiter_key)
+/// makes `a&b` and `aab` one, and `café` and `cafe`): the five characters
+/// `htmlentities` encodes and every byte outside ASCII are percent-encoded
+/// (`&` is `%26`, `é` is `%C3%A9`), and so is `%`, unless `part` writes
+/// it only in escapes of its own, as [`route_path`] does. Every other
+/// character is kept: ids and paths of ASCII letters, digits and
+/// punctuation read as written.
+pub(crate) fn push_clean_proof(key: &mut String, part: &str, percent_is_escaped: bool) {
+    let kept = |b: u8| {
+        b.is_ascii()
+            && !matches!(b, b'&' | b'<' | b'>' | b'"' | b'\'')
+            && (percent_is_escaped || b != b'%')
+    };
+    if part.bytes().all(kept) {
+        key.push_str(part);
+    } else {
+        push_percent_encoded(key, part, kept);
+    }
+}
+
+/// Pushes `text` onto `out` with every byte that `kept` refuses written as
+/// a percent-escape (`%26`, in uppercase hex), and every byte outside
+/// ASCII too.
+pub(crate) fn push_percent_encoded(out: &mut String, text: &str, kept: impl Fn(u8) -> bool) {
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    for b in text.bytes() {
+        if kept(b) && b.is_ascii() {
+            out.push(char::from(b));
+        } else {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xF)]));
+        }
+    }
+}
+
 /// `segment` with its percent-escapes decoded once (a `%` not followed by
 /// two hex digits stays as it is); `None` when the bytes are not UTF-8. The
 /// router reads each segment of a path this way before it matches it. With

@@ -4,7 +4,7 @@
 //! cleans them once, as Laravel's does.
 
 use crate::http::Request;
-use crate::keys::{push_address_or_token, push_bucket_address};
+use crate::keys::{push_address_or_token, push_bucket_address, push_clean_proof};
 use crate::limiter::{TIMER_SUFFIX, cleaned};
 
 /// Who a request is counted as: `user:<id>` for a signed-in user,
@@ -12,14 +12,20 @@ use crate::limiter::{TIMER_SUFFIX, cleaned};
 /// proxies, grouped by [`bucket_address`](crate::keys::bucket_address): an
 /// IPv6 client by its /64, as every per-address limit counts it). The two
 /// are spelled apart so that a user whose id reads like an address shares
-/// no bucket with that address.
+/// no bucket with that address. The id is written so that cleaning cannot
+/// make two ids one (`tom&jerry` is `tom%26jerry`, not `tomajerry`; see
+/// [`push_clean_proof`]); an id of ASCII letters, digits and punctuation
+/// reads as it is.
 ///
 /// A request with no address (one made in process, with no peer) gets a
 /// key no other request gets: one shared bucket for all of them would let
 /// one caller use it up and lock the others out.
 pub(super) fn caller_key(request: &Request) -> String {
     if let Some(id) = request.user_id() {
-        return format!("user:{id}");
+        let mut key = String::with_capacity(5 + id.len());
+        key.push_str("user:");
+        push_clean_proof(&mut key, id, false);
+        return key;
     }
     let mut key = String::with_capacity(48);
     key.push_str("ip:");
@@ -30,11 +36,12 @@ pub(super) fn caller_key(request: &Request) -> String {
 /// The caller on this path: `user:<id>:path:<path>` or
 /// `ip:<address>:path:<path>`, the request path as the router matches it
 /// ([`Request::route_path`]), so that `/login/` and `//login` count with
-/// `/login`, and `/items/1` apart from `/items/2`.
+/// `/login`, and `/items/1` apart from `/items/2`. As the id, the path
+/// keeps apart what cleaning would make one (`/tags/a%26b`, `/tags/aab`).
 pub(super) fn caller_on_path_key(request: &Request) -> String {
     let mut key = caller_key(request);
     key.push_str(":path:");
-    key.push_str(&request.route_path());
+    push_clean_proof(&mut key, &request.route_path(), true);
     key
 }
 
@@ -116,6 +123,31 @@ mod tests {
         for spelling in ["/login/", "//login", "/login//"] {
             let guest = request(spelling, Some("203.0.113.9:1"), None);
             assert_eq!(caller_on_path_key(&guest), "ip:203.0.113.9:path:/login");
+        }
+    }
+
+    #[test]
+    fn what_cleaning_would_make_one_is_written_apart() {
+        for (id, key) in [
+            ("tom&jerry@example.com", "user:tom%26jerry@example.com"),
+            ("tomajerry@example.com", "user:tomajerry@example.com"),
+            ("caf\u{e9}", "user:caf%C3%A9"),
+            ("50%", "user:50%25"),
+            ("<a>\"'", "user:%3Ca%3E%22%27"),
+        ] {
+            let user = request("/", None, Some(id));
+            assert_eq!(caller_key(&user), key, "{id}");
+            assert_eq!(cleaned(&caller_key(&user)), key, "{id}");
+        }
+        for (path, key) in [
+            ("/tags/a&b", "ip:203.0.113.9:path:/tags/a%26b"),
+            ("/tags/a%26b", "ip:203.0.113.9:path:/tags/a%26b"),
+            ("/tags/caf%C3%A9", "ip:203.0.113.9:path:/tags/caf%C3%A9"),
+            ("/off/100%25", "ip:203.0.113.9:path:/off/100%25"),
+            ("/files/a%2fb", "ip:203.0.113.9:path:/files/a%2Fb"),
+        ] {
+            let guest = request(path, Some("203.0.113.9:1"), None);
+            assert_eq!(caller_on_path_key(&guest), key, "{path}");
         }
     }
 
