@@ -1,9 +1,11 @@
 //! The edges of reading the configuration: the values Laravel's `env()`
 //! reads, Redis URLs with a database where none is read, the ranges the
-//! refusals state, and the spellings each variable takes or refuses.
+//! refusals state, the spellings each variable takes or refuses, the cache
+//! store's credentials and database as a Laravel application gives them,
+//! and a default given to one variable beside the others.
 //!
 //! No test here sets a variable of its own process: each reads an `Env`
-//! built from pairs.
+//! built from pairs, or runs an example with the variables it is given.
 
 #![cfg(feature = "redis")]
 
@@ -411,4 +413,160 @@ fn redis_url_refusals_name_the_variable_and_hide_the_password() {
     }
     assert!(RedisConfig::from_url("redis://[::1]:6379/15").is_ok());
     assert!(RedisConfig::from_url("redis://u%40x:p%2Cw@cache.internal:6379").is_ok());
+}
+
+// ---- the cache store's credentials, and Laravel's words for its prefixes ----------
+
+/// `REDIS_PASSWORD` is a password, written as the Redis `requirepass` is:
+/// a `%` in it is a `%`. Boot builds the cache store's URL from
+/// `REDIS_HOST`, `REDIS_PORT` and `REDIS_PASSWORD`, and the Redis client
+/// reads the password of a URL percent-decoded, so the `%` has to reach it
+/// encoded, or `p%41ss` is sent as `pAss` and a Redis that takes the
+/// password refuses it (and boot with it).
+#[tokio::test]
+async fn a_percent_sign_in_redis_password_reaches_redis_as_written() {
+    let server = RedisServer::start();
+    let reply = server.command("CONFIG SET requirepass p%41ss");
+    assert!(reply.starts_with("+OK"), "{reply}");
+    let port = server.port().to_string();
+    let app = App::new();
+    let booted = app
+        .scope(bootstrap(&env(&[
+            ("APP_ENV", "local"),
+            ("CACHE_STORE", "redis"),
+            ("REDIS_HOST", "127.0.0.1"),
+            ("REDIS_PORT", &port),
+            ("REDIS_PASSWORD", "p%41ss"),
+        ])))
+        .await;
+    let summary = booted.unwrap_or_else(|refused| panic!("{refused}"));
+    assert_eq!(summary.cache_store, "redis");
+}
+
+/// `Env::with_default` documents "this source, with `value` for `name` when
+/// the source leaves it unset": the other variables read as the source
+/// gives them. `CACHE_PREFIX` and `REDIS_PREFIX` set blank are no prefix,
+/// as in Laravel (docs/deployment.md, `.env.example`), and are told from
+/// unset ones by `laravel_text`; a default given for `APP_ENV` must not make
+/// them unset, and so the default prefixes.
+#[test]
+fn a_default_for_one_variable_leaves_a_blank_prefix_no_prefix() {
+    let source = env(&[("CACHE_PREFIX", ""), ("REDIS_PREFIX", "")]);
+    assert_eq!(
+        CacheConfig::from_env(&source).unwrap().key_prefix(),
+        "",
+        "without a default"
+    );
+    let with_default = source.with_default("APP_ENV", "local");
+    assert_eq!(
+        with_default
+            .laravel_text("CACHE_PREFIX")
+            .unwrap()
+            .as_deref(),
+        Some("")
+    );
+    assert_eq!(
+        CacheConfig::from_env(&with_default).unwrap().key_prefix(),
+        ""
+    );
+}
+
+/// The laravel_migration example is the one that shares Laravel's counters
+/// in its Redis, and its doc comment says `CACHE_PREFIX` / `REDIS_PREFIX`
+/// match an application whose prefixes differ from Laravel's defaults. An
+/// application whose `.env` sets both blank (no prefix, in Laravel and in
+/// `.env.example`'s words) keeps its counters under the bare key; the
+/// example reads its variables through `Env::with_default`, and counts
+/// under `laravel-database-laravel-cache-<key>` instead: the two
+/// applications then count in two buckets, each up to the limit.
+#[tokio::test]
+async fn the_laravel_migration_example_keeps_blank_prefixes_as_no_prefix() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let app = support::examples::Running::start(
+        "laravel_migration",
+        &[
+            ("REDIS_URL", url.as_str()),
+            ("CACHE_PREFIX", ""),
+            ("REDIS_PREFIX", ""),
+        ],
+    );
+    let export = app.get("/export").await;
+    assert_eq!(export.status, 200, "{}", export.body);
+    let key = "ip:127.0.0.1:path:/export";
+    let cache = support::redis::connect(&format!("{url}/1"));
+    let bare: Option<String> = cache.query(redis::cmd("GET").arg(key)).await.unwrap();
+    let prefixed: Option<String> = cache
+        .query(redis::cmd("GET").arg(format!("laravel-database-laravel-cache-{key}")))
+        .await
+        .unwrap();
+    assert_eq!(
+        (bare.as_deref(), prefixed.as_deref()),
+        (Some("1"), None),
+        "{}",
+        app.log()
+    );
+}
+
+/// Laravel derives the default prefixes from `env('APP_NAME', 'laravel')`,
+/// and its `env()` reads `null`, `(null)`, `empty`, `(empty)` and `false`
+/// as null, the empty string and false, which its `Str::slug` makes the
+/// empty slug, and `true` as true, `1` (the documented default prefix is
+/// `<slug of APP_NAME>-cache-`; LARAVEL.md: "`APP_NAME` changes both"). A
+/// blank `APP_NAME=` is the empty string too, not unset. A Laravel
+/// application with such an `APP_NAME` counts under `-database--cache-`; so
+/// must this crate, or the two keep two buckets.
+#[test]
+fn app_name_is_read_as_laravels_env_reads_it() {
+    for (app_name, slug) in [
+        ("null", ""),
+        ("(null)", ""),
+        ("empty", ""),
+        ("(empty)", ""),
+        ("false", ""),
+        ("true", "1"),
+        ("", ""),
+    ] {
+        let config = CacheConfig::from_env(&env(&[("APP_NAME", app_name)])).unwrap();
+        assert_eq!(
+            (config.cache_prefix.as_str(), config.redis_prefix.as_str()),
+            (
+                format!("{slug}-cache-").as_str(),
+                format!("{slug}-database-").as_str()
+            ),
+            "APP_NAME={app_name:?}"
+        );
+    }
+}
+
+/// Laravel's `redis` cache store counts on the Redis connection
+/// `REDIS_CACHE_CONNECTION` names (`cache`, database `REDIS_CACHE_DB`, by
+/// default; LARAVEL.md section 5). An application that sets it to `default`
+/// keeps its counters in database `REDIS_DB` (0 by default). Reading the
+/// cache's database as 1 there, without a word, counts in a database the
+/// Laravel application never reads: the two count apart. Either the
+/// database of the connection named, or a refusal naming the variable.
+#[test]
+fn a_laravel_cache_on_its_default_redis_connection_is_not_read_in_database_1() {
+    for (pairs, database) in [
+        (vec![("REDIS_CACHE_CONNECTION", "default")], 0),
+        (
+            vec![("REDIS_CACHE_CONNECTION", "default"), ("REDIS_DB", "3")],
+            3,
+        ),
+    ] {
+        let mut all = vec![("CACHE_STORE", "redis"), ("REDIS_HOST", "cache.internal")];
+        all.extend(pairs.iter().copied());
+        match CacheConfig::from_env(&env(&all)) {
+            Ok(config) => assert_eq!(
+                config.redis.unwrap().nodes(),
+                [format!("redis://cache.internal:6379/{database}")],
+                "{pairs:?}"
+            ),
+            Err(refused) => assert!(
+                refused.to_string().contains("REDIS_CACHE_CONNECTION"),
+                "{refused}"
+            ),
+        }
+    }
 }

@@ -36,7 +36,9 @@ pub enum CacheStoreKind {
 /// | `REDIS_URL` | unset | the Redis URL (`unix:///path/redis.sock` for a socket); a cluster as a comma-separated list of node URLs |
 /// | `REDIS_HOST`, `REDIS_PORT` | `127.0.0.1`, `6379` | used when `REDIS_URL` is unset; a `tls://` host means TLS, a path (`/var/run/redis/redis.sock`) a Unix socket |
 /// | `REDIS_USERNAME`, `REDIS_PASSWORD` | unset | credentials, used with `REDIS_HOST` |
-/// | `REDIS_CACHE_DB` | `1` | the database, unless the URL names one |
+/// | `REDIS_CACHE_CONNECTION` | `cache` | the Laravel Redis connection the cache counts on: `cache` (database `REDIS_CACHE_DB`) or `default` (database `REDIS_DB`) |
+/// | `REDIS_CACHE_DB` | `1` | the database of the `cache` connection, unless the URL names one |
+/// | `REDIS_DB` | `0` | the database of the `default` connection, unless the URL names one |
 /// | `RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS`, `RATE_LIMIT_REDIS_TIMEOUT_MS` | `1000`, `1000` | how long a connection attempt and a command may wait, in milliseconds: the driver's settings, which bound the cache store's calls too ([`RedisConfig::with_timeouts_from_env`]) |
 ///
 /// The default prefixes are those of Laravel 13 (and of the skeleton 12.x
@@ -47,7 +49,8 @@ pub enum CacheStoreKind {
 /// `:` after the cache prefix: `CACHE_PREFIX=laravel_cache_:`.
 ///
 /// Laravel keeps its cache in the database of its `cache` Redis connection,
-/// `REDIS_CACHE_DB`, 1 by default; a `REDIS_URL` that names a database
+/// `REDIS_CACHE_DB`, 1 by default (or of its `default` one, `REDIS_DB`, 0
+/// by default, with `REDIS_CACHE_CONNECTION=default`); a `REDIS_URL` that names a database
 /// (`redis://host:6379/2`, or `?db=2` after a socket's path) wins, as in
 /// Laravel. A cluster has only database 0.
 ///
@@ -99,8 +102,11 @@ impl CacheConfig {
     /// is an error that names its variable.
     pub fn from_env(env: &Env) -> Result<Self, ConfigError> {
         let store = store_kind(env)?;
+        // As Laravel's `env('APP_NAME', 'Laravel')` reads it: set blank, or
+        // to `null` or `(empty)`, it is empty, and the prefixes are
+        // `-cache-` and `-database-`.
         let app_name = env
-            .text("APP_NAME")?
+            .laravel_text("APP_NAME")?
             .unwrap_or_else(|| DEFAULT_APP_NAME.to_owned());
         let cache_prefix = prefix(env, "CACHE_PREFIX", &app_name, "-cache-")?;
         let redis_prefix = prefix(env, "REDIS_PREFIX", &app_name, "-database-")?;
@@ -249,12 +255,13 @@ fn laravel_slug(title: &str) -> String {
 
 #[cfg(feature = "redis")]
 fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
+    let (database_variable, default_database) = database_variable(env)?;
     let set_database = env.number_in(
-        "REDIS_CACHE_DB",
+        database_variable,
         0..=MAX_DATABASE.unsigned_abs(),
         "a database number",
     )?;
-    let database = set_database.unwrap_or(1);
+    let database = set_database.unwrap_or(default_database);
     let (variable, url) = match url_text(env, "REDIS_URL")? {
         Some(url) => ("REDIS_URL", url),
         None => ("REDIS_HOST", url_from_parts(env, database)?),
@@ -272,11 +279,12 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
     {
         // A cluster has database 0 only: the one set is not dropped unsaid.
         return Err(ConfigError::Invalid {
-            variable: "REDIS_CACHE_DB".to_owned(),
+            variable: database_variable.to_owned(),
             value: database.to_string(),
-            reason: "a Redis Cluster has database 0 only; leave REDIS_CACHE_DB unset (or 0) \
-                     with a cluster REDIS_URL"
-                .to_owned(),
+            reason: format!(
+                "a Redis Cluster has database 0 only; leave {database_variable} unset (or 0) \
+                 with a cluster REDIS_URL"
+            ),
         });
     }
     if parsed.is_cluster() || variable != "REDIS_URL" {
@@ -299,6 +307,27 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
     RedisConfig::from_url(with_db.as_str())
         .map_err(|e| invalid(&url, e.reason))?
         .with_timeouts_from_env(env)
+}
+
+/// The variable that holds the cache's Redis database, and its default:
+/// Laravel's `redis` cache store counts on the connection
+/// `REDIS_CACHE_CONNECTION` names, `cache` (database `REDIS_CACHE_DB`, 1)
+/// unless it names `default` (database `REDIS_DB`, 0). Another connection
+/// is one of the application's own making: refused, naming the variable.
+#[cfg(feature = "redis")]
+fn database_variable(env: &Env) -> Result<(&'static str, u64), ConfigError> {
+    match env.text("REDIS_CACHE_CONNECTION")?.as_deref() {
+        None | Some("cache") => Ok(("REDIS_CACHE_DB", 1)),
+        Some("default") => Ok(("REDIS_DB", 0)),
+        Some(other) => Err(ConfigError::Invalid {
+            variable: "REDIS_CACHE_CONNECTION".to_owned(),
+            value: other.to_owned(),
+            reason: "expected cache or default, the Redis connections of Laravel's \
+                     config/database.php; for a connection of your own, set REDIS_URL to its \
+                     address with its database"
+                .to_owned(),
+        }),
+    }
 }
 
 #[cfg(feature = "redis")]
@@ -330,15 +359,29 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
     };
     let mut url = ::redis::parse_redis_url(&format!("{scheme}://{in_url}:{port}/{database}"))
         .ok_or_else(|| refuse("expected a host name or an address"))?;
+    // Written percent-encoded, `%` included (the URL's own setters keep a
+    // `%`, which the Redis client then decodes: `p%41ss` reached Redis as
+    // `pAss`), so that Redis is sent the credentials as written.
     if let Some(user) = env.laravel_secret("REDIS_USERNAME")? {
-        url.set_username(&user)
+        url.set_username(&userinfo(&user))
             .map_err(|()| refuse("REDIS_USERNAME cannot be set on this host"))?;
     }
     if let Some(password) = env.laravel_secret("REDIS_PASSWORD")? {
-        url.set_password(Some(&password))
+        url.set_password(Some(&userinfo(&password)))
             .map_err(|()| refuse("REDIS_PASSWORD cannot be set on this host"))?;
     }
     Ok(url.to_string())
+}
+
+/// `text` as a URL's user information writes it: every byte but ASCII
+/// letters, digits and `-._~` percent-encoded.
+#[cfg(feature = "redis")]
+fn userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    crate::keys::push_percent_encoded(&mut out, text, |b| {
+        b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+    });
+    out
 }
 
 /// A `REDIS_HOST` that is a path, as phpredis takes it: the Unix socket
@@ -544,6 +587,41 @@ mod tests {
         assert_eq!(
             redis(&[("REDIS_CACHE_DB", "-1")]).unwrap_err().to_string(),
             "REDIS_CACHE_DB=\"-1\" is invalid: expected a database number from 0 to 2147483647"
+        );
+        // The connection the cache counts on names the database's variable.
+        for (connection, database) in [("cache", "1"), ("default", "0")] {
+            assert_eq!(
+                redis(&[
+                    ("REDIS_CACHE_CONNECTION", connection),
+                    ("REDIS_CACHE_DB", "4")
+                ])
+                .unwrap(),
+                [if connection == "cache" {
+                    "redis://127.0.0.1:6379/4".to_owned()
+                } else {
+                    format!("redis://127.0.0.1:6379/{database}")
+                }]
+            );
+        }
+        let err = redis(&[("REDIS_CACHE_CONNECTION", "queue")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.starts_with(
+                "REDIS_CACHE_CONNECTION=\"queue\" is invalid: expected cache or default"
+            ),
+            "{err}"
+        );
+        let err = redis(&[
+            ("REDIS_CACHE_CONNECTION", "default"),
+            ("REDIS_DB", "2"),
+            ("REDIS_URL", "redis://a:7000,redis://b:7001"),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.starts_with("REDIS_DB=\"2\" is invalid: a Redis Cluster"),
+            "{err}"
         );
     }
 }

@@ -61,7 +61,9 @@ impl Env {
         Self::from_lookup(move |name| map.get(name).cloned())
     }
 
-    /// This source, with `value` for `name` when the source leaves it unset.
+    /// This source, with `value` for `name` when the source leaves it unset
+    /// or blank. Every other variable reads as the source gives it (a blank
+    /// `CACHE_PREFIX` stays blank: no prefix).
     ///
     /// ```
     /// use suprnova::config::Env;
@@ -74,11 +76,13 @@ impl Env {
         let (name, value) = (name.to_owned(), value.to_owned());
         let inner = self.lookup;
         Self::from_lookup(move |asked| {
-            let found = inner(asked).filter(|v| !v.trim().is_empty());
-            match found {
-                None if asked == name => Some(value.clone()),
-                other => other,
+            let found = inner(asked);
+            if asked != name {
+                return found;
             }
+            found
+                .filter(|v| !v.trim().is_empty())
+                .or_else(|| Some(value.clone()))
         })
     }
 
