@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::store::{
-    CacheError, IncrementOutcome, Store, WindowIncrement, decay_ttl, parse_integer,
-};
+use super::store::{CacheError, IncrementOutcome, Store, WindowIncrement, decay_ttl};
 use crate::clock::{self, SharedClock};
 use crate::sharded::{Locked, ShardedMap};
 use crate::sweep::SweepSchedule;
@@ -118,12 +116,19 @@ impl Value {
         }
     }
 
+    /// The value as a counter, as Redis's `INCRBY` reads it: an integer
+    /// written as Redis writes one, which [`Value::from_text`] keeps as a
+    /// number. Any other text (`007`, `+5`, `-0`, a PHP-serialized `i:7;`)
+    /// is not an integer, on this store as on Redis.
     fn integer(&self, key: &str) -> Result<i64, CacheError> {
         match self {
             Value::Integer(n)
             | Value::WindowCount { count: n, .. }
             | Value::WindowTimer { ends_at: n, .. } => Ok(*n),
-            Value::Text(text) => parse_integer(key, text),
+            Value::Text(text) => Err(CacheError::NotAnInteger {
+                key: key.to_owned(),
+                value: text.clone(),
+            }),
         }
     }
 
@@ -670,10 +675,19 @@ mod tests {
         store.put("n", "41", ttl).await.unwrap();
         assert_eq!(store.increment("n", 1).await.unwrap(), 42);
         assert_eq!(store.get("n").await.unwrap().as_deref(), Some("42"));
-        store.put("t", "i:7;", ttl).await.unwrap();
-        assert_eq!(store.increment("t", 1).await.unwrap(), 8);
-        store.put("x", "abc", ttl).await.unwrap();
-        assert!(store.increment("x", 1).await.is_err());
+        // Counted only as Redis's INCRBY counts: an integer as Redis writes
+        // one.
+        for text in ["i:7;", "007", "+5", "-0", "abc"] {
+            store.put("x", text, ttl).await.unwrap();
+            assert!(
+                matches!(
+                    store.increment("x", 1).await,
+                    Err(CacheError::NotAnInteger { value, .. }) if value == text
+                ),
+                "{text}"
+            );
+            assert_eq!(store.get("x").await.unwrap().as_deref(), Some(text));
+        }
     }
 
     #[tokio::test]

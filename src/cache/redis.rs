@@ -141,15 +141,34 @@ impl RedisStore {
         call: &ScriptCall<'_>,
     ) -> Result<IncrementOutcome, CacheError> {
         let reply: Vec<u8> = self
-            .conn
-            .call_script(call)
-            .await
-            .map_err(|e| integer_error(key, e))?;
+            .integer_answer(key, self.conn.call_script(call).await)
+            .await?;
         let [counted, count] = reply_numbers::<i64, 2>(&reply)?;
         Ok(IncrementOutcome {
             counted: counted == 1,
             count,
         })
+    }
+
+    /// The answer to an integer operation on `key`, its error as
+    /// [`integer_error`] reports it; a value refused as not an integer is
+    /// read, to be named in the error as the memory store names it (Redis's
+    /// refusal does not say it).
+    async fn integer_answer<T>(
+        &self,
+        key: &str,
+        answer: Result<T, RedisBackendError>,
+    ) -> Result<T, CacheError> {
+        match answer.map_err(|e| integer_error(key, e)) {
+            Err(CacheError::NotAnInteger { key, value }) => {
+                let found = self.get(&key).await.ok().flatten();
+                Err(CacheError::NotAnInteger {
+                    value: found.unwrap_or(value),
+                    key,
+                })
+            }
+            other => other,
+        }
     }
 
     fn full_key(&self, key: &str) -> String {
@@ -195,17 +214,19 @@ impl Store for RedisStore {
     }
 
     async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError> {
-        self.conn
+        let answer = self
+            .conn
             .query(cmd("INCRBY").arg(self.full_key(key)).arg(by))
-            .await
-            .map_err(|e| integer_error(key, e))
+            .await;
+        self.integer_answer(key, answer).await
     }
 
     async fn decrement(&self, key: &str, by: i64) -> Result<i64, CacheError> {
-        self.conn
+        let answer = self
+            .conn
             .query(cmd("DECRBY").arg(self.full_key(key)).arg(by))
-            .await
-            .map_err(|e| integer_error(key, e))
+            .await;
+        self.integer_answer(key, answer).await
     }
 
     async fn increment_if_below(
@@ -258,10 +279,8 @@ impl Store for RedisStore {
             .arg(count.ends_at)
             .repeatable(count.amount >= 0);
         let reply: Vec<u8> = self
-            .conn
-            .call_script(&call)
-            .await
-            .map_err(|e| integer_error(count.key, e))?;
+            .integer_answer(count.key, self.conn.call_script(&call).await)
+            .await?;
         let [counted, count, ends_at] = reply_numbers::<i64, 3>(&reply)?;
         let outcome = IncrementOutcome {
             counted: counted == 1,

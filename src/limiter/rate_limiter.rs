@@ -518,7 +518,7 @@ impl CacheRateLimiter {
             // live of 0, which remove the counter INCRBY just created).
             let hits = self.store.increment(key, amount).await?;
             if hits == amount {
-                self.store.forget(key).await?;
+                self.keep_in_open_window_or_forget(key).await?;
             }
             return Ok(hits);
         }
@@ -533,6 +533,29 @@ impl CacheRateLimiter {
             });
         }
         Ok(outcome.count)
+    }
+
+    /// After a count in no window made the counter of `key` (or found it
+    /// at 0): while a window is open on the key (its timer stands, as after
+    /// `reset_attempts` or a decrement to 0), the count is that window's,
+    /// and the counter ends with the window (adding 0 gives a counter
+    /// without a time to live the one given, and leaves one that has a time
+    /// to live as it is); with no window open, the counter is removed, as
+    /// Laravel removes it.
+    async fn keep_in_open_window_or_forget(&self, key: &str) -> Result<(), CacheError> {
+        let timer = TimerKey::of(key);
+        match self.store.ttl(timer.as_str()).await? {
+            Some(left) => {
+                let seconds = i64::try_from(left.as_millis().div_ceil(1000)).unwrap_or(i64::MAX);
+                self.store
+                    .increment_if_below(key, seconds.max(1), 0, i64::MAX)
+                    .await?;
+            }
+            None => {
+                self.store.forget(key).await?;
+            }
+        }
+        Ok(())
     }
 
     /// Counts `amount` on a cleaned key up to `ceiling` for a window that
