@@ -210,8 +210,17 @@ impl InMemoryRateLimiter {
                 self.shards.forget_full(place);
                 admitted
             }
-            Err(frees_at) => {
-                self.shards.note_full(place, max, window_ms, frees_at);
+            Err(Full { frees_at, holds }) => {
+                // Noted only when the bucket holds exactly `max` hits: then
+                // no hit leaves the window before `frees_at`, so a refusal
+                // read from the note evicts nothing a call under the lock
+                // would. A bucket holding more (the key used under another
+                // limit too, or a limit lowered) is decided under the lock.
+                if holds == max {
+                    self.shards.note_full(place, max, window_ms, frees_at);
+                } else {
+                    self.shards.forget_full(place);
+                }
                 refused(max, frees_at, now)
             }
         }
@@ -306,15 +315,22 @@ impl fmt::Debug for InMemoryRateLimiter {
     }
 }
 
+/// A full bucket: when it next has a place (Unix milliseconds), and how
+/// many hits it holds in the window.
+struct Full {
+    frees_at: u64,
+    holds: u32,
+}
+
 /// Counts a hit in the locked bucket when it has a place: the admission, or
-/// when the full bucket next has a place (Unix milliseconds).
+/// the full bucket.
 fn count_hit(
     locked: &mut Locked<'_, '_, Bucket>,
     max: u32,
     window_ms: u64,
     now_ms: u64,
     stamp_ms: u64,
-) -> Result<Decision, u64> {
+) -> Result<Decision, Full> {
     let Some(bucket) = locked.get_mut() else {
         // Only a key seen for the first time (or again after its bucket was
         // dropped) allocates.
@@ -333,7 +349,10 @@ fn count_hit(
         bucket.push(stamp_ms, max as usize - 1);
         return Ok(admitted(max, count + 1, bucket.nth(0), window_ms));
     }
-    Err(place_frees_at(bucket, max, window_ms))
+    Err(Full {
+        frees_at: place_frees_at(bucket, max, window_ms),
+        holds: count,
+    })
 }
 
 /// An admitted call that leaves `count` hits in the bucket, the oldest at
