@@ -1231,7 +1231,7 @@ const DRIVER_DATABASE_FIX: &str = "Name a database this Redis has: they are numb
 const CACHE_CREDENTIALS_FIX: &str = "Give the username and password Redis expects in REDIS_URL (redis://user:password@host:port), or in REDIS_USERNAME and REDIS_PASSWORD.";
 
 /// How a refusal of the cache store's database tells the operator to fix it.
-const CACHE_DATABASE_FIX: &str = "Name a database this Redis has: they are numbered from 0 to its `databases` setting less one (0 to 15 by default), in REDIS_CACHE_DB or as the database REDIS_URL names (/N, or ?db=N after a socket's path).";
+const CACHE_DATABASE_FIX: &str = "Name a database this Redis has: they are numbered from 0 to its `databases` setting less one (0 to 15 by default), in REDIS_CACHE_DB (in REDIS_DB with REDIS_CACHE_CONNECTION=default) or as the database REDIS_URL names (/N, or ?db=N after a socket's path).";
 
 /// What redis-rs makes of a refused password sent with `AUTH`.
 const AUTH_FAILED: &str = "Password authentication failed - AuthenticationFailed";

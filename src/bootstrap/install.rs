@@ -156,8 +156,9 @@ mod redis {
         credentials: "Give the username and password Redis expects in REDIS_URL \
             (redis://user:password@host:port), or in REDIS_USERNAME and REDIS_PASSWORD.",
         database: "Name a database this Redis has: they are numbered from 0 to its `databases` \
-            setting less one (0 to 15 by default), in REDIS_CACHE_DB or as the database \
-            REDIS_URL names (/N, or ?db=N after a socket's path).",
+            setting less one (0 to 15 by default), in REDIS_CACHE_DB (in REDIS_DB with \
+            REDIS_CACHE_CONNECTION=default) or as the database REDIS_URL names (/N, or ?db=N \
+            after a socket's path).",
     };
 
     /// What of its configuration a Redis that answered refused.

@@ -290,7 +290,8 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
     if parsed.is_cluster() || variable != "REDIS_URL" {
         return parsed.with_timeouts_from_env(env);
     }
-    // A URL without a database takes REDIS_CACHE_DB, as Laravel merges the
+    // A URL without a database takes the connection's (REDIS_CACHE_DB, or
+    // REDIS_DB on the default connection), as Laravel merges the
     // URL over the connection's settings.
     let mut with_db = ::redis::parse_redis_url(&url)
         .ok_or_else(|| invalid(&url, "it does not parse as a URL".to_owned()))?;

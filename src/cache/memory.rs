@@ -54,18 +54,19 @@ pub struct MemoryStore {
     /// told from one of the window just opened, even in the same instant.
     windows_opened: AtomicU64,
     /// The latest time, in nanoseconds since the Unix epoch, at which a
-    /// call or a sweep removed expired entries: a call that read the clock
-    /// earlier acts at this time instead, once it holds a key's lock (see
-    /// [`MemoryStore::live`]).
-    expired_up_to: AtomicU64,
+    /// call or a sweep removed expired entries, or a count opened a
+    /// window: a call that read the clock earlier reads it again once it
+    /// holds a key's lock (see [`MemoryStore::live`]).
+    removed_or_opened_at: AtomicU64,
 }
 
-/// A rate-limit window's timer as a count found it: the window's number
-/// (see [`MemoryStore::windows_opened`]) and when the timer expires.
+/// A rate-limit window's timer as a count found it.
 #[derive(Debug, Clone, Copy)]
 struct TimerFound {
+    /// The window's number (see [`MemoryStore::windows_opened`]).
     number: u64,
-    expires_at: Option<Duration>,
+    /// Whether the count that found it opened it.
+    opened_here: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -195,7 +196,7 @@ impl MemoryStore {
             clock,
             sweep,
             windows_opened: AtomicU64::new(0),
-            expired_up_to: AtomicU64::new(0),
+            removed_or_opened_at: AtomicU64::new(0),
         }
     }
 
@@ -219,24 +220,24 @@ impl MemoryStore {
     /// Removes every expired entry now.
     pub fn sweep(&self) {
         let now = self.clock.now();
-        self.note_removal_at(now);
+        self.note_removal_or_opening_at(now);
         self.entries.retain(|_, entry| entry.is_live(now));
     }
 
     /// When a call that read the clock at `now` acts, having taken a key's
-    /// lock: at `now` when no removal of expired entries came later (the
-    /// usual case, which pays one load, one conversion and one
-    /// comparison). Otherwise the call was held between its reading and
-    /// the lock, or the wall clock stepped back since: it reads the clock
-    /// again, and acts at that reading when the removal is not later
-    /// (a call held, however long: see [`MemoryStore::live`]). A removal
-    /// later than the new reading is a clock stepped back: the call acts at
-    /// the removal's time when that is at most [`STEP_BACK_HELD`] later,
-    /// and at the new reading otherwise, so that a step back does not hold
-    /// every window open until the clock is back where it was.
+    /// lock: at `now` when no removal of expired entries (nor opening of a
+    /// window) came later (the usual case, which pays one load, one
+    /// conversion and one comparison). Otherwise the call was held between
+    /// its reading and the lock, or the wall clock stepped back since: it
+    /// reads the clock again, and acts at that reading when the removal is
+    /// not later (a call held, however long: see [`MemoryStore::live`]). A
+    /// removal later than the new reading is a clock stepped back: the call
+    /// acts at the removal's time when that is at most [`STEP_BACK_HELD`]
+    /// later, and at the new reading otherwise, so that a step back does
+    /// not hold every window open until the clock is back where it was.
     #[inline]
     fn acting_at(&self, now: Duration) -> Duration {
-        let removed_at = self.expired_up_to.load(Ordering::Relaxed);
+        let removed_at = self.removed_or_opened_at.load(Ordering::Relaxed);
         if removed_at <= nanos(now) {
             return now;
         }
@@ -249,16 +250,16 @@ impl MemoryStore {
         }
     }
 
-    /// Notes that expired entries are removed at `now`: the latest such
-    /// time moves on, or, after the clock stepped back, starts again from
-    /// `now`.
-    fn note_removal_at(&self, now: Duration) {
+    /// Notes that expired entries are removed, or a window opened, at
+    /// `now`: the latest such time moves on, or, after the clock stepped
+    /// back, starts again from `now`.
+    fn note_removal_or_opening_at(&self, now: Duration) {
         let now = nanos(now);
-        let removed_at = self.expired_up_to.load(Ordering::Relaxed);
+        let removed_at = self.removed_or_opened_at.load(Ordering::Relaxed);
         if removed_at.saturating_sub(now) > STEP_BACK_HELD_NANOS {
-            self.expired_up_to.store(now, Ordering::Relaxed);
+            self.removed_or_opened_at.store(now, Ordering::Relaxed);
         } else {
-            self.expired_up_to.fetch_max(now, Ordering::Relaxed);
+            self.removed_or_opened_at.fetch_max(now, Ordering::Relaxed);
         }
     }
 
@@ -293,12 +294,14 @@ impl MemoryStore {
     /// other did not (a window's counter gone while its timer still stood)
     /// and count in a window that has ended. Each removal notes its time
     /// first, under the lock, so whoever takes the lock after it reads the
-    /// clock again and acts no earlier, however long it was held.
+    /// clock again and acts no earlier, however long it was held. A window
+    /// opened is noted the same way, so that a call that read the clock
+    /// before the opener did makes no counter that ends before the window.
     fn live<'k>(&self, key: &'k str, now: Duration) -> (Locked<'_, 'k, Entry>, Duration) {
         let mut locked = self.entries.lock(key);
         let now = self.acting_at(now);
         if locked.get().is_some_and(|e| !e.is_live(now)) {
-            self.note_removal_at(now);
+            self.note_removal_or_opening_at(now);
             locked.remove();
         }
         (locked, now)
@@ -343,7 +346,7 @@ impl MemoryStore {
         let read = self.now_swept();
         let mut at = read;
         let (opened, window, now, mut counter) = loop {
-            let (opened, window, now) = {
+            let (opened, window, timer_ends, now) = {
                 let (mut timer, now) = self.live(count.timer_key, at);
                 // A timer opened later than the caller read its time ends
                 // as much later.
@@ -359,17 +362,27 @@ impl MemoryStore {
                     now,
                     count.ttl(),
                 );
-                let window = timer.get().map(|entry| TimerFound {
+                if opened {
+                    // Noted as a removal is, before the lock is let go: a
+                    // call that read the clock earlier and finds this timer
+                    // reads it again, and makes no counter that ends
+                    // before the window.
+                    self.note_removal_or_opening_at(now);
+                }
+                let entry = timer.get();
+                let window = entry.map(|entry| TimerFound {
                     number: entry.value.window_of_timer(),
-                    expires_at: entry.expires_at,
+                    opened_here: opened,
                 });
-                (opened, window, now)
+                (
+                    opened,
+                    window,
+                    entry.and_then(|entry| entry.expires_at),
+                    now,
+                )
             };
             let (counter, now) = self.live(count.key, now);
-            if window
-                .and_then(|timer| timer.expires_at)
-                .is_some_and(|ends| now >= ends)
-            {
+            if timer_ends.is_some_and(|ends| now >= ends) {
                 at = now;
                 continue;
             }
@@ -422,11 +435,15 @@ impl MemoryStore {
 
     /// [`Store::increment_if_below`] on the locked live entry of `key`.
     /// A count made in a window (`window`, its timer) is recorded with the
-    /// window's number, and the counter lives at least as long as the
-    /// timer: a counter that ended first would start the window's count
-    /// again before the window ends (one made by a call that read the
-    /// clock before the window's opener did, or one an earlier window left
-    /// and this one counts on).
+    /// window's number.
+    ///
+    /// A counter gets a time to live when it has none, `decay_seconds`
+    /// from `now`, as Redis's script gives it; and as the script, the call
+    /// that opened the window gives one that would end before the window
+    /// (one an earlier window left, or one put) the window's, for ending
+    /// first it would start the window's count again before the window
+    /// ends. (A call that read the clock before another opened the window
+    /// acts no earlier than the opening: see [`MemoryStore::live`].)
     fn count_below(
         shard: &mut Locked<'_, '_, Entry>,
         key: &str,
@@ -443,22 +460,21 @@ impl MemoryStore {
         let outcome = IncrementOutcome::decide(current, amount, ceiling);
         if outcome.counted {
             let number = window.map(|timer| timer.number);
-            let timer_ends = window.and_then(|timer| timer.expires_at);
-            let expires_at = |held: Option<Duration>| {
-                held.or(timer_ends)
-                    .or_else(|| Self::expiry(now, decay_ttl(decay_seconds)))
-                    .max(timer_ends)
-            };
+            let from = |at: Duration| Self::expiry(at, decay_ttl(decay_seconds));
             // Look up before inserting: only a new key allocates.
             match shard.get_mut() {
                 Some(entry) => {
                     entry.value = entry.value.counted(outcome.count, number);
-                    entry.expires_at = expires_at(entry.expires_at);
+                    entry.expires_at = match (entry.expires_at, window) {
+                        (held, Some(timer)) if timer.opened_here => held.max(from(now)),
+                        (None, _) => from(now),
+                        (held, _) => held,
+                    };
                 }
                 None => {
                     let entry = Entry {
                         value: Value::Integer(0).counted(outcome.count, number),
-                        expires_at: expires_at(None),
+                        expires_at: from(now),
                     };
                     shard.insert(entry);
                 }

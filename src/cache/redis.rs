@@ -8,7 +8,7 @@ use ::redis::cmd;
 use async_trait::async_trait;
 
 use super::store::{
-    CacheError, IncrementOutcome, Store, WindowIncrement, add_then_increment_if_below,
+    CacheError, IncrementOutcome, Store, WindowIncrement, add_then_count,
     count_then_read_window_end,
 };
 use crate::redis_client::{
@@ -18,6 +18,10 @@ use crate::redis_client::{
 /// The conditional increment, and with a timer key the window's timer too.
 static INCREMENT_IF_BELOW: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("increment_if_below.lua")));
+
+/// At least a time to live for a key: a window's counter on a cluster.
+static LIVE_AT_LEAST: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("live_at_least.lua")));
 
 /// A cache store in Redis (one node or a Redis Cluster), laid out as
 /// Laravel's Redis cache store lays it out, so that a Laravel application
@@ -248,13 +252,27 @@ impl Store for RedisStore {
 
     /// On one node, the timer's `SET NX EX` and the conditional increment
     /// in one script call; on a cluster, where the two keys live in
-    /// different slots, the two calls at once.
+    /// different slots, the two calls at once, and, from the call that
+    /// opened the window, a third once both have answered: the counter
+    /// gets at least the window's time to live, as one node's script gives
+    /// it. Written apart, on two masters, the counter could otherwise end
+    /// before the timer (one an earlier window left with less time, or one
+    /// whose master answered before the timer's did), and the window would
+    /// count from 0 again before it ends.
     async fn increment_in_window(
         &self,
         count: WindowIncrement<'_>,
     ) -> Result<IncrementOutcome, CacheError> {
         if self.conn.config().is_cluster() {
-            return add_then_increment_if_below(self, count).await;
+            let (outcome, opened) = add_then_count(self, count).await?;
+            if opened && outcome.counted {
+                let mut call = ScriptCall::new(&LIVE_AT_LEAST, 1);
+                call.key(&self.prefix, count.key)
+                    .arg(expiry_seconds(count.decay_seconds))
+                    .repeatable(true);
+                let _: i64 = self.conn.call_script(&call).await?;
+            }
+            return Ok(outcome);
         }
         Ok(self.increment_in_window_or_window_end(count).await?.0)
     }

@@ -95,8 +95,10 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// Opens a rate-limit window and counts in it: [`add`](Store::add) of
     /// `ends_at` under `timer_key` for `decay_seconds` (at least 1), then
     /// [`increment_if_below`](Store::increment_if_below) of `key` (the
-    /// fields of [`WindowIncrement`]). The timer is written before the
-    /// counter, so no counter exists without its timer.
+    /// fields of [`WindowIncrement`]). The timer is sent before the
+    /// counter, so on one server no counter exists without its timer (on a
+    /// Redis Cluster the two live on two masters, which may answer in
+    /// either order).
     ///
     /// A counter found full by the call that opens the timer may be a
     /// leftover of an ended window (its timer expired or was removed alone),
@@ -189,6 +191,16 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     store: &S,
     count: WindowIncrement<'_>,
 ) -> Result<IncrementOutcome, CacheError> {
+    Ok(add_then_count(store, count).await?.0)
+}
+
+/// [`add_then_increment_if_below`], and whether this call opened the
+/// window (its `add` wrote the timer), for a store that then gives the
+/// counter the window's time to live (a Redis Cluster).
+pub(crate) async fn add_then_count<S: Store + ?Sized>(
+    store: &S,
+    count: WindowIncrement<'_>,
+) -> Result<(IncrementOutcome, bool), CacheError> {
     let ends_at = count.ends_at.to_string();
     let (added, outcome) = futures_util::future::join(
         store.add(count.timer_key, &ends_at, count.ttl()),
@@ -200,8 +212,7 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     // may be the one that failed): the counter's node said the window is
     // full. A count whose timer could not be written is an error.
     if outcome.counted {
-        added?;
-        return Ok(outcome);
+        return Ok((outcome, added?));
     }
     // Refused when this call opened the window: a full count with no time
     // to live (a plain increment wrote it, here or in a Laravel
@@ -209,12 +220,13 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     // one the window's (a count with one keeps it, and nothing is removed:
     // the count may be the new window's, filled between the two calls), so
     // it ends with this window, as a count with a time to live does.
-    if matches!(added, Ok(true)) {
+    let opened = matches!(added, Ok(true));
+    if opened {
         store
             .increment_if_below(count.key, count.decay_seconds, 0, i64::MAX)
             .await?;
     }
-    Ok(outcome)
+    Ok((outcome, opened))
 }
 
 /// [`Store::increment_in_window_or_window_end`] as two steps: the count,

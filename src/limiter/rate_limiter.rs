@@ -542,20 +542,25 @@ impl CacheRateLimiter {
     /// without a time to live the one given, and leaves one that has a time
     /// to live as it is); with no window open, the counter is removed, as
     /// Laravel removes it.
-    async fn keep_in_open_window_or_forget(&self, key: &str) -> Result<(), CacheError> {
+    /// `true` when the counter is kept.
+    async fn keep_in_open_window_or_forget(&self, key: &str) -> Result<bool, CacheError> {
         let timer = TimerKey::of(key);
         match self.store.ttl(timer.as_str()).await? {
             Some(left) => {
+                // To the second, rounded up: the count may outlive the
+                // window by less than a second, and the next window then
+                // counts on it (a refusal too many, never an admission).
                 let seconds = i64::try_from(left.as_millis().div_ceil(1000)).unwrap_or(i64::MAX);
                 self.store
                     .increment_if_below(key, seconds.max(1), 0, i64::MAX)
                     .await?;
+                Ok(true)
             }
             None => {
                 self.store.forget(key).await?;
+                Ok(false)
             }
         }
-        Ok(())
     }
 
     /// Counts `amount` on a cleaned key up to `ceiling` for a window that
@@ -568,7 +573,9 @@ impl CacheRateLimiter {
     /// it past `ceiling`, as in a window that opens. A counter the call
     /// made (it ends at `amount`: there was none, or it held 0) is removed
     /// again, as Laravel's `put(K, amount, 0)` removes it; it lives one
-    /// second at most if the removal fails. A call that does not count
+    /// second at most if the removal fails; in a window whose timer stands
+    /// (its count reset, or decremented to 0) it is kept, and ends with the
+    /// window, as [`count`](Self::count) keeps it. A call that does not count
     /// reads the timer: while it exists, the call refuses and carries the
     /// end it holds; without it, a counter at `ceiling` or above outlived
     /// its window and is removed (Laravel's `tooManyAttempts`), and the
@@ -596,10 +603,9 @@ impl CacheRateLimiter {
             .increment_if_below(key, window.ttl_seconds, amount, ceiling)
             .await?;
         if outcome.counted {
-            if outcome.count != amount {
+            if outcome.count != amount || self.keep_in_open_window_or_forget(key).await? {
                 return Ok(NoWindowCount::kept(outcome, None));
             }
-            self.store.forget(key).await?;
             return Ok(NoWindowCount::gone(outcome));
         }
         let timer = TimerKey::of(key);
