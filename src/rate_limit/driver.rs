@@ -58,6 +58,16 @@ pub trait RateLimiterDriver: fmt::Debug + Send + Sync + 'static {
         None
     }
 
+    /// Whether this backend can decide under `config`, without deciding:
+    /// the configuration's own rules ([`SlidingWindowConfig::validate`]),
+    /// and the bounds the backend adds (the Redis driver takes windows of
+    /// up to about 35 years). A caller that refuses without asking the
+    /// backend checks this first, so that it answers an invalid limit as
+    /// the backend would.
+    fn check_config(&self, config: &SlidingWindowConfig) -> Result<(), RateLimitError> {
+        config.validate()
+    }
+
     /// Admits or refuses one call for `key`: `Ok(true)` when admitted.
     async fn try_acquire(
         &self,

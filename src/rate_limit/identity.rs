@@ -30,10 +30,12 @@ use crate::keys::{percent_decoded, sha256_hex};
 /// of the part's `Content-Type` and a byte order mark. Each value is
 /// trimmed (whitespace, and what Laravel's `TrimStrings` trims besides: a
 /// byte order mark, U+200B and U+200E), put in Unicode normal form C,
-/// lowercased and put in normal form C again, so `Alice@Example.com` and
+/// case-folded and put in normal form C again, an address's domain written
+/// in ASCII as IDNA writes it, so `Alice@Example.com` and
 /// ` alice@example.com ` share a bucket, and so do `josé` written with a
-/// precomposed `é` and with `e` and a combining accent, and `ǰoe` and its
-/// capitals `J̌OE`; and it is hashed with SHA-256, so a dump of the
+/// precomposed `é` and with `e` and a combining accent, `ǰoe` and its
+/// capitals `J̌OE`, `straße` and `STRASSE`, and `bücher.example` and
+/// `xn--bcher-kva.example`; and it is hashed with SHA-256, so a dump of the
 /// limiter's keys does not read as a list of who is resetting a password.
 ///
 /// - One identity: `<namespace>:id:<sha256 of the normalised value>`.
@@ -154,21 +156,36 @@ fn identities(req: &Request, field: &str) -> BTreeSet<String> {
 type Sink<'s> = dyn FnMut(String) -> ControlFlow<()> + 's;
 
 /// A value as its bucket knows it: trimmed as Laravel's `TrimStrings`
-/// trims it, put in Unicode normal form C, lowercased, and put in normal
-/// form C again.
+/// trims it, put in Unicode normal form C, case-folded (uppercased, then
+/// lowercased), and put in normal form C again; and, for an address, its
+/// domain as IDNA writes it in ASCII.
 ///
 /// Canonically equivalent spellings reach one mailbox, so they must share
-/// a bucket. Normal form C comes first, so lowercasing acts on one spelling
-/// of each equivalence class; and again after, since lowercasing can leave
-/// text that is not in it: `ǰ` (U+01F0) has no capital of its own, its
+/// a bucket. Normal form C comes first, so folding acts on one spelling of
+/// each equivalence class; and again after, since folding can leave text
+/// that is not in it: `ǰ` (U+01F0) has no capital of its own, its
 /// uppercase is `J` and a combining caron, which lowercase to `j` and the
-/// caron, and those compose to `ǰ`.
+/// caron, and those compose to `ǰ`. Lowercasing alone is not folding:
+/// `straße` and `STRASSE`, `οδοσ` and `ΟΔΟΣ`, `ılgın` and `ILGIN` are one
+/// name each to a database's case-insensitive collation, and reach one
+/// mailbox, so each pair shares a bucket. A domain's Unicode and Punycode
+/// spellings (`bücher.example`, `xn--bcher-kva.example`) are one domain.
 fn normalised(value: &str) -> String {
-    let lowercase = laravel_trimmed(value)
+    let folded = laravel_trimmed(value)
         .nfc()
         .collect::<String>()
+        .to_uppercase()
         .to_lowercase();
-    lowercase.nfc().collect()
+    let folded: String = folded.nfc().collect();
+    match folded.rsplit_once('@') {
+        Some((local, domain)) if !domain.is_ascii() => {
+            match idna::domain_to_ascii_cow(domain.as_bytes(), idna::AsciiDenyList::EMPTY) {
+                Ok(ascii) => format!("{local}@{ascii}"),
+                Err(_) => folded,
+            }
+        }
+        _ => folded,
+    }
 }
 
 /// `value` without what Laravel's `TrimStrings` middleware trims from

@@ -307,6 +307,21 @@ impl RateLimitMiddleware {
         }
     }
 
+    /// The driver's check of this middleware's limit
+    /// ([`RateLimiterDriver::check_config`]); the limit's own rules when no
+    /// driver is installed.
+    fn check_config(&self) -> Result<(), RateLimitError> {
+        match &self.limiter {
+            LimiterSource::Given(limiter) => limiter.check_config(&self.config),
+            LimiterSource::Installed => {
+                App::resolve_with::<dyn RateLimiterDriver, _>(|limiter| match limiter {
+                    Some(limiter) => limiter.check_config(&self.config),
+                    None => self.config.validate(),
+                })
+            }
+        }
+    }
+
     /// The driver's time where it keeps its own (the memory driver's
     /// clock), else the system's: for a refusal no bucket was asked about.
     fn now_unix_nanos(&self) -> u64 {
@@ -398,9 +413,10 @@ impl Middleware for RateLimitMiddleware {
             return next(request).await;
         }
         let Some((key, others)) = self.keys_for(&request) else {
-            // No backend is asked, so an invalid limit must be caught here
-            // to answer as it does for every other request.
-            if let Err(error) = self.config.validate()
+            // No backend is asked, so an invalid limit (for the backend
+            // too) must be caught here to answer as it does for every other
+            // request.
+            if let Err(error) = self.check_config()
                 && let Some(answer) = self.backend_failed(&error, &request)
             {
                 return Err(answer);

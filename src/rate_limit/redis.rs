@@ -194,6 +194,10 @@ impl RateLimiterDriver for RedisRateLimiter {
         }))
     }
 
+    fn check_config(&self, config: &SlidingWindowConfig) -> Result<(), RateLimitError> {
+        validate(config)
+    }
+
     fn name(&self) -> &'static str {
         "redis"
     }
