@@ -251,6 +251,23 @@ async fn the_cache_facade_uses_the_installed_store_and_its_clock() {
     .await;
 }
 
+/// Whether a call on `k` under a limit of 2 in 10 seconds is admitted: by
+/// `hit_and_check`, or by `increment_if_below`.
+async fn two_in_ten_seconds(
+    limiter: &suprnova::limiter::CacheRateLimiter,
+    hit_and_check: bool,
+) -> bool {
+    if hit_and_check {
+        !limiter.hit_and_check("k", 2, 10).await.unwrap()
+    } else {
+        limiter
+            .increment_if_below("k", 10, 1, 2)
+            .await
+            .unwrap()
+            .counted
+    }
+}
+
 /// The crate's fake clock, except that the one caller on the thread named
 /// `late` is held right after it read the time, until the test lets it go:
 /// what a thread preempted between its read of the clock and its lock does.
@@ -296,15 +313,7 @@ fn a_caller_held_across_a_window_end_counts_in_the_new_window() {
             let case =
                 format!("held {held} s, timer read {read_timer}, hit_and_check {hit_and_check}");
             let take_on = move |limiter: Arc<CacheRateLimiter>| async move {
-                if hit_and_check {
-                    !limiter.hit_and_check("k", 2, 10).await.unwrap()
-                } else {
-                    limiter
-                        .increment_if_below("k", 10, 1, 2)
-                        .await
-                        .unwrap()
-                        .counted
-                }
+                two_in_ten_seconds(&limiter, hit_and_check).await
             };
             let fake = clock_at(12, 0, 0);
             let clock = Arc::new(PausingClock {
@@ -477,17 +486,7 @@ async fn a_counter_a_window_counts_on_lives_as_long_as_the_window() {
         let (clock, store) = store_at_noon();
         let store = Arc::new(store);
         let limiter = CacheRateLimiter::new(store.clone(), clock.shared());
-        let take = || async {
-            if hit_and_check {
-                !limiter.hit_and_check("k", 2, 10).await.unwrap()
-            } else {
-                limiter
-                    .increment_if_below("k", 10, 1, 2)
-                    .await
-                    .unwrap()
-                    .counted
-            }
-        };
+        let take = || two_in_ten_seconds(&limiter, hit_and_check);
         store.put("k", "1", Duration::from_secs(2)).await.unwrap();
         assert!(take().await, "hit_and_check: {hit_and_check}");
         assert!(!take().await, "hit_and_check: {hit_and_check}");
