@@ -48,6 +48,74 @@ async fn seed_hits(conn: &RedisConnection, key: &str, offsets_us: &[i64], window
 }
 
 // ---------------------------------------------------------------------------
+// The two drivers after a wall clock stepped back
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn after_a_step_back_redis_and_memory_decide_the_same_history_alike() {
+    // The history: under 2 per 60 s, one hit at t = 20 s and one at
+    // t = 100 s, both made before the clock stepped back; the clock then
+    // reads t = 50 s. The hit of t = 100 s was made at or before now, so
+    // the one of t = 20 s, made 80 s before it, is at least 80 s old: out
+    // of the window. One hit is in, and the call has a place.
+    let cfg = SlidingWindowConfig::new(2, Duration::from_secs(60));
+
+    let clock = FakeClock::at_unix(1_000_000);
+    let memory = InMemoryRateLimiter::with_clock(clock.shared());
+    clock.advance(Duration::from_secs(20));
+    assert!(memory.acquire_now("k", &cfg).unwrap().allowed);
+    clock.advance(Duration::from_secs(80));
+    assert!(memory.acquire_now("k", &cfg).unwrap().allowed);
+    // Stepped back 50 s: now reads t = 50 s.
+    at(&clock, 1_000_000, 50_000);
+    let on_memory = memory.acquire_now("k", &cfg).unwrap();
+
+    // The same two hits on Redis, stamped as the script stamped them before
+    // its clock stepped back: 30 s before TIME and 50 s after it.
+    let server = RedisServer::start();
+    let conn = connect(&server.url());
+    let redis_driver = RedisRateLimiter::new(conn.clone()).with_prefix("step:");
+    seed_hits(&conn, "step:k", &[-30_000_000, 50_000_000], 60_000_000).await;
+    let on_redis = redis_driver.acquire("k", &cfg).await.unwrap();
+
+    assert!(on_memory.allowed, "memory: {on_memory:?}");
+    assert_eq!(
+        on_redis.allowed, on_memory.allowed,
+        "redis {on_redis:?} against memory {on_memory:?}"
+    );
+}
+
+/// After a step back, a key that is not full is admitted, and its hits
+/// made before the step are moved on that call, not left beside the hit it
+/// adds: two hits from before the step (30 s before `TIME` and 50 s after
+/// it, under 3 per 60 s), then two admissions. No hit ends stamped before
+/// the first admission's time: moved on a later call, with hits made after
+/// the step among them, the one made after the step would have been moved
+/// back too, and left the window before a whole window had passed.
+#[tokio::test]
+async fn after_a_step_back_an_admission_moves_the_hits_made_before_it() {
+    let cfg = SlidingWindowConfig::new(3, Duration::from_secs(60));
+    let server = RedisServer::start();
+    let conn = connect(&server.url());
+    let redis_driver = RedisRateLimiter::new(conn.clone()).with_prefix("step:");
+    seed_hits(&conn, "step:k", &[-30_000_000, 50_000_000], 60_000_000).await;
+    let before = redis_time_us(&conn).await;
+    assert!(redis_driver.acquire("k", &cfg).await.unwrap().allowed);
+    assert!(redis_driver.acquire("k", &cfg).await.unwrap().allowed);
+    let hits: Vec<u64> = conn
+        .query(redis::cmd("ZRANGE").arg("step:k").arg(0).arg(-1))
+        .await
+        .unwrap();
+    // The hit of 30 s before the step left the window once moved; the one
+    // of 50 s after it is now, with the two admissions.
+    assert_eq!(hits.len(), 3, "{hits:?}");
+    assert!(
+        hits.iter().all(|&hit| hit >= before),
+        "a hit stamped before the first admission ({before}): {hits:?}"
+    );
+}
+
+// ---------------------------------------------------------------------------
 // A refusal read from the note of a full key, against one made under the lock
 // ---------------------------------------------------------------------------
 

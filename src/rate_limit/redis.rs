@@ -50,15 +50,15 @@ const MAX_WINDOW: Duration = Duration::from_micros(1 << 50);
 /// years long.
 ///
 /// Redis's `TIME` is a wall clock, which NTP or an operator may step. After
-/// a step back, the first call that finds a key full with its newest hit
-/// later than `TIME` moves the hits stamped later than `TIME` back by the
-/// same amount, so that the newest is now, and sets the key's expiry again:
-/// their count and spacing are kept, and a full key is refused for one
-/// window at most, never for the step and a window. A call admitted before
-/// that leaves them counting as they are. A step forward ages every hit by
-/// the step, as the window reads them. To see a step, a refusal under a
-/// limit above 1 reads the newest hit: one command more in the script, in
-/// the same round trip.
+/// a step back, the first call on a key whose newest hit is later than
+/// `TIME` moves every hit of the key back by the same amount, so that the
+/// newest is now, and sets the key's expiry again: their count and spacing
+/// are kept, a full key is refused for one window at most, never for the
+/// step and a window, and the key decides as the memory driver's does
+/// after the same step. A step forward ages every hit by the step, as the
+/// window reads them. To see a step, every call on a key that holds hits
+/// reads the newest: one command more in the script, in the same round
+/// trip.
 ///
 /// ```rust,no_run
 /// use std::sync::Arc;

@@ -65,11 +65,41 @@ local function expire_with(newest)
   redis.call('PEXPIRE', key, string.format('%d', math.ceil((newest + window - now) / 1000)))
 end
 
--- Records the call as a hit at now, and answers. Hits still stamped later
--- than now (see below) may go with the key's expiry: they were made before
--- the step, so their window has passed by then too.
+-- After a step back of Redis's clock (NTP, an operator, a restored
+-- snapshot), the key's newest hit is stamped later than now. Every hit of
+-- the key is then moved back by the same amount, so that the newest is
+-- now: their order, spacing and count are kept, none holds a place longer
+-- than one window from now (not for the step and a window), and the
+-- expiry, which Redis keeps as a time of its clock, is set again from the
+-- moved hits. Each hit is moved back by no more than the clock stepped, so
+-- it stays at or after the time it was really made: the limit holds in
+-- real time. Every call looks (one command: the newest hit), before it
+-- admits, so that hits stamped before the step and after it never mix,
+-- as the memory driver moves a key's hits on the first call after a step.
+-- Moving them reads and writes each hit, which only a step back asks for.
+local newest = nil
+if count > 0 then
+  newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  if newest > now then
+    local hits = redis.call('ZRANGE', key, 0, -1)
+    redis.call('DEL', key)
+    local shift = newest - now
+    local top = now
+    for _, hit in ipairs(hits) do
+      top = math.max(top, add_hit(tonumber(hit) - shift))
+    end
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
+    expire_with(top)
+    count = redis.call('ZCARD', key)
+    newest = top
+  end
+end
+
+-- Records the call as a hit at now, and answers. A hit stamped later than
+-- now (one microsecond later, when another call took now) goes with the
+-- key's expiry, which the newest hit sets.
 local function record()
-  expire_with(add_hit(now))
+  expire_with(math.max(add_hit(now), newest or now))
   return string.format('1 %d 0 %d', count + 1, now)
 end
 
@@ -77,40 +107,11 @@ if admit and count < max then
   return record()
 end
 
--- A key found full whose newest hit is stamped later than now: Redis's
--- clock has stepped back since it was made (NTP, an operator, a restored
--- snapshot). The hits later than now are moved back by the same amount, so
--- that the newest is now: their order, spacing and count are kept, none
--- holds a place longer than one window from now (not for the step and a
--- window), and the expiry, which Redis keeps as a time of its clock, is set
--- again from the moved hits. Each hit is moved back by no more than the
--- clock stepped, so it stays at or after the time it was really made: the
--- limit holds in real time. This runs only after a step back, so reading
--- and writing every such hit is fine; a call that is admitted leaves them
--- for the first call that finds the key full (they count meanwhile, as
--- they should). Under a limit of 1 the newest hit is also the one whose
--- leaving frees the place, so a refusal there reads no more than before.
+-- Under a limit of 1 the newest hit is also the one whose leaving frees the
+-- place, so a refusal there reads no more than the step's check did.
 local gate = nil
-if count >= max then
-  local newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
-  if newest > now then
-    local after_now = '(' .. string.format('%d', now)
-    local later = redis.call('ZRANGEBYSCORE', key, after_now, '+inf')
-    redis.call('ZREMRANGEBYSCORE', key, after_now, '+inf')
-    local shift = newest - now
-    local top = now
-    for _, moved in ipairs(later) do
-      top = math.max(top, add_hit(tonumber(moved) - shift))
-    end
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
-    expire_with(top)
-    count = redis.call('ZCARD', key)
-    if admit and count < max then
-      return record()
-    end
-  elseif max == 1 then
-    gate = newest
-  end
+if count >= max and max == 1 then
+  gate = newest
 end
 
 if gate == nil then
