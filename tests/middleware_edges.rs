@@ -1,6 +1,7 @@
 //! `RateLimitMiddleware`, `ip_based`, `identity_key` and `connections_per_ip`
 //! stacked on one route, fed malformed and oversized input, and on a Redis
 //! that is stopped mid-run.
+#![cfg(feature = "redis")]
 
 mod support;
 

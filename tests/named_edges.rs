@@ -18,31 +18,12 @@ use support::redis::RedisServer;
 #[cfg(feature = "redis")]
 use support::unique_prefix;
 use suprnova::server::handle_request_with_peer;
-use suprnova::{
-    HttpResponse, Limit, Middleware, Next, RateLimiter, Request, Response, Router,
-    ThrottleRequestsMiddleware, async_trait,
-};
-#[cfg(feature = "redis")]
-use throttle_support::app_on_redis;
+use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
 use throttle_support::memory_app;
+#[cfg(feature = "redis")]
+use throttle_support::{SignIn, app_on_redis};
 
 const GUEST: &str = "203.0.113.5:40000";
-
-/// Signs in the user named by the `x-user` header, as an auth middleware
-/// would.
-#[cfg(feature = "redis")]
-struct SignIn;
-
-#[cfg(feature = "redis")]
-#[async_trait]
-impl Middleware for SignIn {
-    async fn handle(&self, mut request: Request, next: Next) -> Response {
-        if let Some(id) = request.header("x-user").map(str::to_owned) {
-            request.set_user_id(id);
-        }
-        next(request).await
-    }
-}
 
 async fn get(router: &Router, uri: &str) -> HttpResponse {
     let request = http::Request::get(uri)

@@ -21,27 +21,13 @@ use suprnova::rate_limit::{
 use suprnova::server::{handle_request, handle_request_with_peer};
 use suprnova::throttle::{DEFAULT_DECAY_SECONDS, DEFAULT_MAX_ATTEMPTS, ThrottleAliasError};
 use suprnova::{
-    HttpResponse, Limit, Middleware, Next, RateLimiter, Request, Response, Router,
-    ThrottleRequestsMiddleware, async_trait,
+    HttpResponse, Limit, RateLimiter, Request, Response, Router, ThrottleRequestsMiddleware,
+    async_trait,
 };
-use throttle_support::{limiter_app, memory_app as app_on, ok_routes};
+use throttle_support::{SignIn, limiter_app, memory_app as app_on, ok_routes};
 
 const GUEST: &str = "203.0.113.5:40000";
 const OTHER: &str = "198.51.100.7:40000";
-
-/// Signs in the user named by the `x-user` header, as an auth middleware
-/// would.
-struct SignIn;
-
-#[async_trait]
-impl Middleware for SignIn {
-    async fn handle(&self, mut request: Request, next: Next) -> Response {
-        if let Some(id) = request.header("x-user").map(str::to_owned) {
-            request.set_user_id(id);
-        }
-        next(request).await
-    }
-}
 
 /// Answers with the status of `?status=` (200 without one).
 async fn status_from_query(req: Request) -> HttpResponse {

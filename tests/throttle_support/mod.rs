@@ -9,7 +9,10 @@ use suprnova::clock::{FakeClock, SharedClock};
 use suprnova::container::App;
 use suprnova::limiter::CacheRateLimiter;
 use suprnova::middleware::register_middleware_alias_with_args;
-use suprnova::{HttpResponse, Request, Router, ThrottleRequestsMiddleware};
+use suprnova::{
+    HttpResponse, Middleware, Next, Request, Response, Router, ThrottleRequestsMiddleware,
+    async_trait,
+};
 
 /// A container whose rate limiter counts in `store` on `clock`, with the
 /// `throttle` alias registered.
@@ -66,4 +69,18 @@ pub fn with_status(responses: &[HttpResponse], status: u16) -> usize {
         .iter()
         .filter(|r| r.status_code() == status)
         .count()
+}
+
+/// Signs in the user named by the `x-user` header, as an auth middleware
+/// would.
+pub struct SignIn;
+
+#[async_trait]
+impl Middleware for SignIn {
+    async fn handle(&self, mut request: Request, next: Next) -> Response {
+        if let Some(id) = request.header("x-user").map(str::to_owned) {
+            request.set_user_id(id);
+        }
+        next(request).await
+    }
 }
