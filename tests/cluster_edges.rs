@@ -49,8 +49,9 @@ async fn count_in_a_minute(store: &RedisStore, key: &str, ceiling: i64) -> Incre
 // the store's own contract (cache/increment_if_below.lua, ARGV[1], and the
 // memory store) is that such a counter then lives at least as long as the
 // new window, "ending first, it would start the window's count again
-// before the window ends". One redis-server does that; the cluster path
-// (add_then_increment_if_below) leaves the counter its old second.
+// before the window ends". One redis-server does that in its script; on a
+// cluster the opening call's third call does (it left the counter its old
+// second).
 #[tokio::test]
 async fn a_counter_counted_on_by_the_call_that_opens_its_window_lives_as_long_as_the_window() {
     let server = RedisServer::start();
@@ -102,9 +103,9 @@ async fn attempts(limiter: &CacheRateLimiter, key: &str, times: usize) -> usize 
 // callbacks in a window". A counter left at 2 of 3 by a window whose timer
 // ended first (1 s left on the counter) is counted on by the attempt that
 // opens the next window of a minute: that window runs 1 callback and
-// refuses, on one node for its whole minute. On a cluster the counter then
-// ends after 1 s while the window's timer stands, and the same window runs
-// 3 callbacks more: 4 in one window of at most 3.
+// refuses for its whole minute, on one node and on a cluster. (On a cluster
+// the counter ended after 1 s while the window's timer stood, and the same
+// window ran 3 callbacks more: 4 in one window of at most 3.)
 #[tokio::test]
 async fn attempt_runs_no_more_than_its_maximum_in_a_window_whose_counter_it_carried_over() {
     let server = RedisServer::start();
@@ -147,6 +148,58 @@ where
     }
 }
 
+/// The key of the stalled-master tests: it and its timer live on two
+/// masters.
+const STALLED: &str = "stalled:user:9";
+
+/// A 3-master cluster and a store and a limiter on it (calls bounded to 2 s),
+/// both masters of [`STALLED`] and its timer connected and the count's
+/// script loaded, so that a master stopped afterwards stalls a call and
+/// nothing else.
+async fn stall_ready() -> (RedisCluster, Arc<RedisStore>, Arc<CacheRateLimiter>) {
+    use suprnova::redis_client::{RedisConfig, RedisConnection};
+    let cluster = RedisCluster::start(3);
+    let timer = format!("{STALLED}:timer");
+    assert_ne!(
+        cluster.node_of(STALLED),
+        cluster.node_of(&timer),
+        "two masters"
+    );
+    let config = RedisConfig::from_url(&cluster.url())
+        .unwrap()
+        .with_timeouts(Duration::from_secs(2), Duration::from_secs(2));
+    let store = Arc::new(RedisStore::new(RedisConnection::new(config).unwrap()).with_prefix(""));
+    let limiter = Arc::new(CacheRateLimiter::new(store.clone(), clock::system()));
+    assert!(!store.has(&timer).await.unwrap());
+    assert_eq!(
+        store
+            .increment_if_below(STALLED, 1, 0, 3)
+            .await
+            .unwrap()
+            .count,
+        0
+    );
+    store.forget(STALLED).await.unwrap();
+    (cluster, store, limiter)
+}
+
+/// One `attempt` of at most 3 in a window of one second on [`STALLED`],
+/// counting the callbacks it runs in `ran`: whether it ran.
+async fn three_a_second(limiter: Arc<CacheRateLimiter>, ran: Arc<AtomicUsize>) -> bool {
+    limiter
+        .attempt(
+            STALLED,
+            3,
+            || async {
+                ran.fetch_add(1, Ordering::SeqCst);
+            },
+            1,
+        )
+        .await
+        .unwrap()
+        .is_some()
+}
+
 // No key removed or rewritten by hand: the counter's master answers 300 ms
 // late once (a stall well inside the call's deadline and the cluster's node
 // timeout), so the first attempt of a window of one second writes the
@@ -159,41 +212,12 @@ where
 // happen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_counter_master_does_not_let_the_next_window_run_more_than_its_maximum() {
-    use suprnova::redis_client::{RedisConfig, RedisConnection};
-    let cluster = RedisCluster::start(3);
-    let key = "stalled:user:9";
-    let timer = format!("{key}:timer");
-    let counter_master = cluster.node_of(key);
-    assert_ne!(counter_master, cluster.node_of(&timer), "two masters");
-    let config = RedisConfig::from_url(&cluster.url())
-        .unwrap()
-        .with_timeouts(Duration::from_secs(2), Duration::from_secs(2));
-    let store = Arc::new(RedisStore::new(RedisConnection::new(config).unwrap()).with_prefix(""));
-    let limiter = Arc::new(CacheRateLimiter::new(store.clone(), clock::system()));
+    let (cluster, store, limiter) = stall_ready().await;
+    let timer = format!("{STALLED}:timer");
+    let key = STALLED;
     let ran = Arc::new(AtomicUsize::new(0));
-    let attempt = |limiter: Arc<CacheRateLimiter>, ran: Arc<AtomicUsize>| async move {
-        limiter
-            .attempt(
-                key,
-                3,
-                || async {
-                    ran.fetch_add(1, Ordering::SeqCst);
-                },
-                1,
-            )
-            .await
-            .unwrap()
-            .is_some()
-    };
-    // Both masters connected and the scripts loaded before the stall.
-    assert!(!store.has("warm-up").await.unwrap());
-    assert_eq!(
-        store.increment_if_below(key, 1, 0, 3).await.unwrap().count,
-        0
-    );
-    store.forget(key).await.unwrap();
-
-    let pid = cluster.pid_of(counter_master);
+    let attempt = three_a_second;
+    let pid = cluster.pid_of(cluster.node_of(key));
     assert!(support::signal(pid, "STOP"));
     let _resume = support::Resume(pid);
     let first = tokio::spawn(attempt(limiter.clone(), ran.clone()));
@@ -245,41 +269,12 @@ async fn a_stalled_counter_master_does_not_let_the_next_window_run_more_than_its
 // callbacks where its maximum is 3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_timer_master_does_not_let_its_window_run_more_than_its_maximum() {
-    use suprnova::redis_client::{RedisConfig, RedisConnection};
-    let cluster = RedisCluster::start(3);
-    let key = "stalled:user:9";
-    let timer = format!("{key}:timer");
-    let timer_master = cluster.node_of(&timer);
-    assert_ne!(timer_master, cluster.node_of(key), "two masters");
-    let config = RedisConfig::from_url(&cluster.url())
-        .unwrap()
-        .with_timeouts(Duration::from_secs(2), Duration::from_secs(2));
-    let store = Arc::new(RedisStore::new(RedisConnection::new(config).unwrap()).with_prefix(""));
-    let limiter = Arc::new(CacheRateLimiter::new(store.clone(), clock::system()));
+    let (cluster, store, limiter) = stall_ready().await;
+    let timer = format!("{STALLED}:timer");
+    let key = STALLED;
     let ran = Arc::new(AtomicUsize::new(0));
-    let attempt = |limiter: Arc<CacheRateLimiter>, ran: Arc<AtomicUsize>| async move {
-        limiter
-            .attempt(
-                key,
-                3,
-                || async {
-                    ran.fetch_add(1, Ordering::SeqCst);
-                },
-                1,
-            )
-            .await
-            .unwrap()
-            .is_some()
-    };
-    // Both masters connected and the scripts loaded before the stall.
-    assert!(!store.has(&timer).await.unwrap());
-    assert_eq!(
-        store.increment_if_below(key, 1, 0, 3).await.unwrap().count,
-        0
-    );
-    store.forget(key).await.unwrap();
-
-    let pid = cluster.pid_of(timer_master);
+    let attempt = three_a_second;
+    let pid = cluster.pid_of(cluster.node_of(&timer));
     assert!(support::signal(pid, "STOP"));
     let _resume = support::Resume(pid);
     let first = tokio::spawn(attempt(limiter.clone(), ran.clone()));
@@ -313,8 +308,8 @@ async fn a_stalled_timer_master_does_not_let_its_window_run_more_than_its_maximu
 // cluster, where the route's counter was left at 2 with a second to live
 // by a window whose timer has ended. The first request opens a window of a
 // minute and is let through; the second gets a 429 saying to retry in about
-// 60 seconds. A second and a bit later, in that same window, the route lets
-// 3 more requests through.
+// 60 seconds, and the route keeps refusing in that window (a second and a
+// bit later it let 3 more requests through).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_throttled_route_keeps_its_429_for_the_window_it_reported() {
     use suprnova::RateLimiter;

@@ -73,7 +73,9 @@ static LIVE_AT_LEAST: LazyLock<LuaScript> =
 /// count of a request: a window's timer written when missing, then the
 /// conditional increment), is the same script given both keys on one node,
 /// one command per request; on a cluster it is `SET NX EX` and the script
-/// sent at once, in one round trip. Every call is bounded by the
+/// sent at once, in one round trip, and for the call that opens a window a
+/// second round trip, which gives the counter at least the window's time
+/// to live. Every call is bounded by the
 /// connection's timeouts and then fails with [`CacheError::Timeout`]; a
 /// read (`get`, `ttl`) or a count that finds its connection dropped is
 /// sent once more, as [`RedisConnection`] says.
