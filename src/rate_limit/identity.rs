@@ -157,8 +157,8 @@ type Sink<'s> = dyn FnMut(String) -> ControlFlow<()> + 's;
 
 /// A value as its bucket knows it: trimmed as Laravel's `TrimStrings`
 /// trims it, put in Unicode normal form C, case-folded (uppercased, then
-/// lowercased), and put in normal form C again; and, for an address, its
-/// domain as IDNA writes it in ASCII.
+/// lowercased), and put in normal form C again; an address's domain, when
+/// it is not ASCII, is written instead as IDNA writes it in ASCII.
 ///
 /// Canonically equivalent spellings reach one mailbox, so they must share
 /// a bucket. Normal form C comes first, so folding acts on one spelling of
@@ -169,23 +169,27 @@ type Sink<'s> = dyn FnMut(String) -> ControlFlow<()> + 's;
 /// `straße` and `STRASSE`, `οδοσ` and `ΟΔΟΣ`, `ılgın` and `ILGIN` are one
 /// name each to a database's case-insensitive collation, and reach one
 /// mailbox, so each pair shares a bucket. A domain's Unicode and Punycode
-/// spellings (`bücher.example`, `xn--bcher-kva.example`) are one domain.
+/// spellings (`bücher.example`, `xn--bcher-kva.example`) are one domain;
+/// IDNA maps its case itself, and keeps `straße.de` apart from
+/// `strasse.de`.
 fn normalised(value: &str) -> String {
-    let folded = laravel_trimmed(value)
-        .nfc()
-        .collect::<String>()
-        .to_uppercase()
-        .to_lowercase();
-    let folded: String = folded.nfc().collect();
-    match folded.rsplit_once('@') {
-        Some((local, domain)) if !domain.is_ascii() => {
-            match idna::domain_to_ascii_cow(domain.as_bytes(), idna::AsciiDenyList::EMPTY) {
-                Ok(ascii) => format!("{local}@{ascii}"),
-                Err(_) => folded,
-            }
-        }
-        _ => folded,
+    let value: String = laravel_trimmed(value).nfc().collect();
+    // The domain as IDNA reads it, before any folding: folded first,
+    // `straße.de` would become `strasse.de`, another domain, and never meet
+    // its own Punycode spelling (`xn--strae-oqa.de`).
+    if let Some((local, domain)) = value.rsplit_once('@')
+        && !domain.is_ascii()
+        && let Ok(domain) = idna::domain_to_ascii_cow(domain.as_bytes(), idna::AsciiDenyList::EMPTY)
+    {
+        return format!("{}@{domain}", case_folded(local));
     }
+    case_folded(&value)
+}
+
+/// `text`, in normal form C, uppercased, then lowercased, and put in normal
+/// form C again.
+fn case_folded(text: &str) -> String {
+    text.to_uppercase().to_lowercase().nfc().collect()
 }
 
 /// `value` without what Laravel's `TrimStrings` middleware trims from
