@@ -54,19 +54,10 @@ pub struct MemoryStore {
     /// told from one of the window just opened, even in the same instant.
     windows_opened: AtomicU64,
     /// The latest time, in nanoseconds since the Unix epoch, at which a
-    /// call or a sweep removed expired entries, or a count opened a
-    /// window: a call that read the clock earlier reads it again once it
-    /// holds a key's lock (see [`MemoryStore::live`]).
-    removed_or_opened_at: AtomicU64,
-}
-
-/// A rate-limit window's timer as a count found it.
-#[derive(Debug, Clone, Copy)]
-struct TimerFound {
-    /// The window's number (see [`MemoryStore::windows_opened`]).
-    number: u64,
-    /// Whether the count that found it opened it.
-    opened_here: bool,
+    /// call or a sweep removed expired entries: a call that read the clock
+    /// earlier reads it again once it holds a key's lock (see
+    /// [`MemoryStore::live`]).
+    expired_up_to: AtomicU64,
 }
 
 #[derive(Debug, Clone)]
@@ -196,7 +187,7 @@ impl MemoryStore {
             clock,
             sweep,
             windows_opened: AtomicU64::new(0),
-            removed_or_opened_at: AtomicU64::new(0),
+            expired_up_to: AtomicU64::new(0),
         }
     }
 
@@ -220,14 +211,14 @@ impl MemoryStore {
     /// Removes every expired entry now.
     pub fn sweep(&self) {
         let now = self.clock.now();
-        self.note_removal_or_opening_at(now);
+        self.note_removal_at(now);
         self.entries.retain(|_, entry| entry.is_live(now));
     }
 
     /// When a call that read the clock at `now` acts, having taken a key's
-    /// lock: at `now` when no removal of expired entries (nor opening of a
-    /// window) came later (the usual case, which pays one load, one
-    /// conversion and one comparison). Otherwise the call was held between
+    /// lock: at `now` when no removal of expired entries came later (the
+    /// usual case, which pays one load, one conversion and one
+    /// comparison). Otherwise the call was held between
     /// its reading and the lock, or the wall clock stepped back since: it
     /// reads the clock again, and acts at that reading when the removal is
     /// not later (a call held, however long: see [`MemoryStore::live`]). A
@@ -237,7 +228,7 @@ impl MemoryStore {
     /// not hold every window open until the clock is back where it was.
     #[inline]
     fn acting_at(&self, now: Duration) -> Duration {
-        let removed_at = self.removed_or_opened_at.load(Ordering::Relaxed);
+        let removed_at = self.expired_up_to.load(Ordering::Relaxed);
         if removed_at <= nanos(now) {
             return now;
         }
@@ -250,16 +241,16 @@ impl MemoryStore {
         }
     }
 
-    /// Notes that expired entries are removed, or a window opened, at
-    /// `now`: the latest such time moves on, or, after the clock stepped
-    /// back, starts again from `now`.
-    fn note_removal_or_opening_at(&self, now: Duration) {
+    /// Notes that expired entries are removed at `now`: the latest such
+    /// time moves on, or, after the clock stepped back, starts again from
+    /// `now`.
+    fn note_removal_at(&self, now: Duration) {
         let now = nanos(now);
-        let removed_at = self.removed_or_opened_at.load(Ordering::Relaxed);
+        let removed_at = self.expired_up_to.load(Ordering::Relaxed);
         if removed_at.saturating_sub(now) > STEP_BACK_HELD_NANOS {
-            self.removed_or_opened_at.store(now, Ordering::Relaxed);
+            self.expired_up_to.store(now, Ordering::Relaxed);
         } else {
-            self.removed_or_opened_at.fetch_max(now, Ordering::Relaxed);
+            self.expired_up_to.fetch_max(now, Ordering::Relaxed);
         }
     }
 
@@ -294,14 +285,12 @@ impl MemoryStore {
     /// other did not (a window's counter gone while its timer still stood)
     /// and count in a window that has ended. Each removal notes its time
     /// first, under the lock, so whoever takes the lock after it reads the
-    /// clock again and acts no earlier, however long it was held. A window
-    /// opened is noted the same way, so that a call that read the clock
-    /// before the opener did makes no counter that ends before the window.
+    /// clock again and acts no earlier, however long it was held.
     fn live<'k>(&self, key: &'k str, now: Duration) -> (Locked<'_, 'k, Entry>, Duration) {
         let mut locked = self.entries.lock(key);
         let now = self.acting_at(now);
         if locked.get().is_some_and(|e| !e.is_live(now)) {
-            self.note_removal_or_opening_at(now);
+            self.note_removal_at(now);
             locked.remove();
         }
         (locked, now)
@@ -362,18 +351,8 @@ impl MemoryStore {
                     now,
                     count.ttl(),
                 );
-                if opened {
-                    // Noted as a removal is, before the lock is let go: a
-                    // call that read the clock earlier and finds this timer
-                    // reads it again, and makes no counter that ends
-                    // before the window.
-                    self.note_removal_or_opening_at(now);
-                }
                 let entry = timer.get();
-                let window = entry.map(|entry| TimerFound {
-                    number: entry.value.window_of_timer(),
-                    opened_here: opened,
-                });
+                let window = entry.map(|entry| entry.value.window_of_timer());
                 (
                     opened,
                     window,
@@ -389,7 +368,7 @@ impl MemoryStore {
             break (opened, window, now, counter);
         };
         if opened
-            && let Some(TimerFound { number: window, .. }) = window
+            && let Some(window) = window
             && count.amount <= count.ceiling
         {
             // A counter is a leftover only when this call opened the
@@ -422,7 +401,7 @@ impl MemoryStore {
                 counter.remove();
             }
         }
-        Self::count_below(
+        let outcome = Self::count_below(
             &mut counter,
             count.key,
             now,
@@ -430,20 +409,26 @@ impl MemoryStore {
             count.amount,
             count.ceiling,
             window,
-        )
+        )?;
+        if opened && let Some(entry) = counter.get_mut() {
+            // The call that opened the window gives the counter at least
+            // the window's time to live, counted or not: another call,
+            // which found the timer this one opened, may have counted
+            // first, in a counter left by an earlier window (keeping its
+            // shorter time to live), or made the counter at a time it
+            // read before this call did.
+            let window_ends = Self::expiry(now, decay_ttl(count.decay_seconds));
+            entry.expires_at = entry.expires_at.max(window_ends);
+        }
+        Ok(outcome)
     }
 
     /// [`Store::increment_if_below`] on the locked live entry of `key`.
-    /// A count made in a window (`window`, its timer) is recorded with the
-    /// window's number.
-    ///
-    /// A counter gets a time to live when it has none, `decay_seconds`
-    /// from `now`, as Redis's script gives it; and as the script, the call
-    /// that opened the window gives one that would end before the window
-    /// (one an earlier window left, or one put) the window's, for ending
-    /// first it would start the window's count again before the window
-    /// ends. (A call that read the clock before another opened the window
-    /// acts no earlier than the opening: see [`MemoryStore::live`].)
+    /// A count made in a window (`window`, its timer's number) is
+    /// recorded with it. A counter gets a time to live when it has none,
+    /// `decay_seconds` from `now`, as Redis's script gives it. (The call
+    /// that opened the window then gives one that would end before the
+    /// window the window's: see [`MemoryStore::count_in_window`].)
     fn count_below(
         shard: &mut Locked<'_, '_, Entry>,
         key: &str,
@@ -451,7 +436,7 @@ impl MemoryStore {
         decay_seconds: i64,
         amount: i64,
         ceiling: i64,
-        window: Option<TimerFound>,
+        window: Option<u64>,
     ) -> Result<IncrementOutcome, CacheError> {
         let current = match shard.get() {
             Some(entry) => entry.value.integer(key)?,
@@ -459,22 +444,19 @@ impl MemoryStore {
         };
         let outcome = IncrementOutcome::decide(current, amount, ceiling);
         if outcome.counted {
-            let number = window.map(|timer| timer.number);
-            let from = |at: Duration| Self::expiry(at, decay_ttl(decay_seconds));
+            let decay = decay_ttl(decay_seconds);
             // Look up before inserting: only a new key allocates.
             match shard.get_mut() {
                 Some(entry) => {
-                    entry.value = entry.value.counted(outcome.count, number);
-                    entry.expires_at = match (entry.expires_at, window) {
-                        (held, Some(timer)) if timer.opened_here => held.max(from(now)),
-                        (None, _) => from(now),
-                        (held, _) => held,
-                    };
+                    entry.value = entry.value.counted(outcome.count, window);
+                    if entry.expires_at.is_none() {
+                        entry.expires_at = Self::expiry(now, decay);
+                    }
                 }
                 None => {
                     let entry = Entry {
-                        value: Value::Integer(0).counted(outcome.count, number),
-                        expires_at: from(now),
+                        value: Value::Integer(0).counted(outcome.count, window),
+                        expires_at: Self::expiry(now, decay),
                     };
                     shard.insert(entry);
                 }
@@ -592,6 +574,15 @@ impl Store for MemoryStore {
         count: WindowIncrement<'_>,
     ) -> Option<Result<IncrementOutcome, CacheError>> {
         Some(self.count_in_window(count))
+    }
+
+    async fn expire_at_least(&self, key: &str, ttl: Duration) -> Result<(), CacheError> {
+        self.with_entry(key, |shard, now| {
+            if let Some(entry) = shard.get_mut() {
+                entry.expires_at = entry.expires_at.max(Some(now.saturating_add(ttl)));
+            }
+        });
+        Ok(())
     }
 
     async fn forget(&self, key: &str) -> Result<bool, CacheError> {

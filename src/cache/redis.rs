@@ -8,7 +8,7 @@ use ::redis::cmd;
 use async_trait::async_trait;
 
 use super::store::{
-    CacheError, IncrementOutcome, Store, WindowIncrement, add_then_count,
+    CacheError, IncrementOutcome, Store, WindowIncrement, add_then_increment_if_below,
     count_then_read_window_end,
 };
 use crate::redis_client::{
@@ -19,7 +19,7 @@ use crate::redis_client::{
 static INCREMENT_IF_BELOW: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("increment_if_below.lua")));
 
-/// At least a time to live for a key: a window's counter on a cluster.
+/// At least a time to live for a key ([`Store::expire_at_least`]).
 static LIVE_AT_LEAST: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("live_at_least.lua")));
 
@@ -266,15 +266,7 @@ impl Store for RedisStore {
         count: WindowIncrement<'_>,
     ) -> Result<IncrementOutcome, CacheError> {
         if self.conn.config().is_cluster() {
-            let (outcome, opened) = add_then_count(self, count).await?;
-            if opened && outcome.counted {
-                let mut call = ScriptCall::new(&LIVE_AT_LEAST, 1);
-                call.key(&self.prefix, count.key)
-                    .arg(expiry_seconds(count.decay_seconds))
-                    .repeatable(true);
-                let _: i64 = self.conn.call_script(&call).await?;
-            }
-            return Ok(outcome);
+            return add_then_increment_if_below(self, count).await;
         }
         Ok(self.increment_in_window_or_window_end(count).await?.0)
     }
@@ -308,6 +300,16 @@ impl Store for RedisStore {
         };
         let ends_at = (!outcome.counted && ends_at != 0).then_some(ends_at);
         Ok((outcome, ends_at))
+    }
+
+    async fn expire_at_least(&self, key: &str, ttl: Duration) -> Result<(), CacheError> {
+        let millis = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let mut call = ScriptCall::new(&LIVE_AT_LEAST, 1);
+        call.key(&self.prefix, key)
+            .arg(millis.clamp(1, RedisStore::MAX_TTL_SECONDS.unsigned_abs() * 1000))
+            .repeatable(true);
+        let _: i64 = self.conn.call_script(&call).await?;
+        Ok(())
     }
 
     async fn forget(&self, key: &str) -> Result<bool, CacheError> {

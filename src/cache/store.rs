@@ -92,6 +92,24 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         ceiling: i64,
     ) -> Result<IncrementOutcome, CacheError>;
 
+    /// Gives `key`, which exists, at least `ttl` to live: a time to live
+    /// shorter than `ttl`, or none, becomes `ttl`; a longer one is kept. A
+    /// window's counter is given its window's time to live this way by the
+    /// call that opened the window when the two were written apart (a
+    /// cluster), and by a count in no window that a window's timer keeps.
+    ///
+    /// The provided method gives `ttl` (in whole seconds, rounded up) only
+    /// to a key without a time to live, through
+    /// [`increment_if_below`](Store::increment_if_below) of 0, the one
+    /// step that every store has, and would make a missing key a counter
+    /// of 0; the memory and Redis stores lengthen a shorter one too, and
+    /// leave a missing key missing.
+    async fn expire_at_least(&self, key: &str, ttl: Duration) -> Result<(), CacheError> {
+        let seconds = i64::try_from(ttl.as_millis().div_ceil(1000)).unwrap_or(i64::MAX);
+        self.increment_if_below(key, seconds, 0, i64::MAX).await?;
+        Ok(())
+    }
+
     /// Opens a rate-limit window and counts in it: [`add`](Store::add) of
     /// `ends_at` under `timer_key` for `decay_seconds` (at least 1), then
     /// [`increment_if_below`](Store::increment_if_below) of `key` (the
@@ -191,16 +209,6 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     store: &S,
     count: WindowIncrement<'_>,
 ) -> Result<IncrementOutcome, CacheError> {
-    Ok(add_then_count(store, count).await?.0)
-}
-
-/// [`add_then_increment_if_below`], and whether this call opened the
-/// window (its `add` wrote the timer), for a store that then gives the
-/// counter the window's time to live (a Redis Cluster).
-pub(crate) async fn add_then_count<S: Store + ?Sized>(
-    store: &S,
-    count: WindowIncrement<'_>,
-) -> Result<(IncrementOutcome, bool), CacheError> {
     let ends_at = count.ends_at.to_string();
     let (added, outcome) = futures_util::future::join(
         store.add(count.timer_key, &ends_at, count.ttl()),
@@ -211,22 +219,25 @@ pub(crate) async fn add_then_count<S: Store + ?Sized>(
     // A refusal stands whatever became of the timer (on a cluster its node
     // may be the one that failed): the counter's node said the window is
     // full. A count whose timer could not be written is an error.
-    if outcome.counted {
-        return Ok((outcome, added?));
+    let opened = if outcome.counted {
+        added?
+    } else {
+        matches!(added, Ok(true))
+    };
+    // The call that opened the window gives the counter at least the
+    // window's time to live, counted or not, once both calls have
+    // answered: written apart, the counter may otherwise end before its
+    // timer (one an earlier window left with less time, one whose write
+    // reached its server before the timer's did, or one another call
+    // counted in first), and the window would count from 0 again before
+    // it ends. A full count with no time to live (a plain increment wrote
+    // it, here or in a Laravel application) gets the window's too, so it
+    // ends with this window; nothing is removed (the count may be the new
+    // window's, filled between the two calls).
+    if opened && (outcome.counted || outcome.count != 0) {
+        store.expire_at_least(count.key, count.ttl()).await?;
     }
-    // Refused when this call opened the window: a full count with no time
-    // to live (a plain increment wrote it, here or in a Laravel
-    // application) would never end. Adding nothing gives a count without
-    // one the window's (a count with one keeps it, and nothing is removed:
-    // the count may be the new window's, filled between the two calls), so
-    // it ends with this window, as a count with a time to live does.
-    let opened = matches!(added, Ok(true));
-    if opened {
-        store
-            .increment_if_below(count.key, count.decay_seconds, 0, i64::MAX)
-            .await?;
-    }
-    Ok((outcome, opened))
+    Ok(outcome)
 }
 
 /// [`Store::increment_in_window_or_window_end`] as two steps: the count,

@@ -538,22 +538,15 @@ impl CacheRateLimiter {
     /// After a count in no window made the counter of `key` (or found it
     /// at 0): while a window is open on the key (its timer stands, as after
     /// `reset_attempts` or a decrement to 0), the count is that window's,
-    /// and the counter ends with the window (adding 0 gives a counter
-    /// without a time to live the one given, and leaves one that has a time
-    /// to live as it is); with no window open, the counter is removed, as
-    /// Laravel removes it.
+    /// and the counter lives at least as long as the window
+    /// ([`Store::expire_at_least`]); with no window open, the counter is
+    /// removed, as Laravel removes it.
     /// `true` when the counter is kept.
     async fn keep_in_open_window_or_forget(&self, key: &str) -> Result<bool, CacheError> {
         let timer = TimerKey::of(key);
         match self.store.ttl(timer.as_str()).await? {
             Some(left) => {
-                // To the second, rounded up: the count may outlive the
-                // window by less than a second, and the next window then
-                // counts on it (a refusal too many, never an admission).
-                let seconds = i64::try_from(left.as_millis().div_ceil(1000)).unwrap_or(i64::MAX);
-                self.store
-                    .increment_if_below(key, seconds.max(1), 0, i64::MAX)
-                    .await?;
+                self.store.expire_at_least(key, left).await?;
                 Ok(true)
             }
             None => {
