@@ -224,18 +224,24 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     } else {
         matches!(added, Ok(true))
     };
-    // The call that opened the window gives the counter at least the
-    // window's time to live, counted or not, once both calls have
-    // answered: written apart, the counter may otherwise end before its
-    // timer (one an earlier window left with less time, one whose write
-    // reached its server before the timer's did, or one another call
-    // counted in first), and the window would count from 0 again before
-    // it ends. A full count with no time to live (a plain increment wrote
-    // it, here or in a Laravel application) gets the window's too, so it
-    // ends with this window; nothing is removed (the count may be the new
-    // window's, filled between the two calls).
-    if opened && (outcome.counted || outcome.count != 0) {
+    // The call that opened the window and counted gives the counter at
+    // least the window's time to live, once both calls have answered:
+    // written apart, the counter may otherwise end before its timer (one
+    // an earlier window left with less time, or one whose write reached
+    // its server before the timer's did), and the window would count from
+    // 0 again before it ends. Refused when it opened the window, it gives
+    // a full count with no time to live (a plain increment wrote it, here
+    // or in a Laravel application) the window's, so that it ends with this
+    // window; one with a time to live keeps it, and nothing is removed: it
+    // cannot be told from one callers of the new window filled between the
+    // two calls, and one the ended window left full would otherwise refuse
+    // this whole window.
+    if opened && outcome.counted {
         store.expire_at_least(count.key, count.ttl()).await?;
+    } else if opened && outcome.count != 0 {
+        store
+            .increment_if_below(count.key, count.decay_seconds, 0, i64::MAX)
+            .await?;
     }
     Ok(outcome)
 }

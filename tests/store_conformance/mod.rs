@@ -481,9 +481,8 @@ pub async fn increment_if_below_leaves_a_counter_in_its_window(store: &dyn Store
 
 /// On a store that reads the timer and the counter apart (a cluster), a
 /// counter left full without its timer cannot be told from one the new
-/// window filled between the two reads: it is kept, and refuses until the
-/// window the call opened ends (the opener gives it at least the window's
-/// time to live).
+/// window filled between the two reads: it is kept, and refuses until its
+/// own time to live ends.
 pub async fn a_window_count_apart_keeps_a_counter_left_full(store: &dyn Store, p: &str) {
     let key = format!("{p}full");
     store
