@@ -167,6 +167,12 @@ impl Entry {
     fn is_live(&self, now: Duration) -> bool {
         self.expires_at.is_none_or(|at| now < at)
     }
+
+    /// Lives until `until` at least: an earlier expiry, or none, becomes
+    /// `until`; a later one is kept.
+    fn live_until_at_least(&mut self, until: Option<Duration>) {
+        self.expires_at = self.expires_at.max(until);
+    }
 }
 
 impl MemoryStore {
@@ -417,8 +423,7 @@ impl MemoryStore {
             // first, in a counter left by an earlier window (keeping its
             // shorter time to live), or made the counter at a time it
             // read before this call did.
-            let window_ends = Self::expiry(now, decay_ttl(count.decay_seconds));
-            entry.expires_at = entry.expires_at.max(window_ends);
+            entry.live_until_at_least(Self::expiry(now, decay_ttl(count.decay_seconds)));
         }
         Ok(outcome)
     }
@@ -579,7 +584,7 @@ impl Store for MemoryStore {
     async fn expire_at_least(&self, key: &str, ttl: Duration) -> Result<(), CacheError> {
         self.with_entry(key, |shard, now| {
             if let Some(entry) = shard.get_mut() {
-                entry.expires_at = entry.expires_at.max(Some(now.saturating_add(ttl)));
+                entry.live_until_at_least(Some(now.saturating_add(ttl)));
             }
         });
         Ok(())

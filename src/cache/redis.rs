@@ -73,9 +73,9 @@ static LIVE_AT_LEAST: LazyLock<LuaScript> =
 /// count of a request: a window's timer written when missing, then the
 /// conditional increment), is the same script given both keys on one node,
 /// one command per request; on a cluster it is `SET NX EX` and the script
-/// sent at once, in one round trip, and for the call that opens a window a
-/// second round trip, which gives the counter at least the window's time
-/// to live. Every call is bounded by the
+/// sent at once, in one round trip, and for the call that opens a window
+/// and counts a second round trip, which gives the counter at least the
+/// window's time to live. Every call is bounded by the
 /// connection's timeouts and then fails with [`CacheError::Timeout`]; a
 /// read (`get`, `ttl`) or a count that finds its connection dropped is
 /// sent once more, as [`RedisConnection`] says.
@@ -255,7 +255,7 @@ impl Store for RedisStore {
     /// On one node, the timer's `SET NX EX` and the conditional increment
     /// in one script call; on a cluster, where the two keys live in
     /// different slots, the two calls at once, and, from the call that
-    /// opened the window, a third once both have answered: the counter
+    /// opened the window and counted, a third once both have answered: the counter
     /// gets at least the window's time to live, as one node's script gives
     /// it. Written apart, on two masters, the counter could otherwise end
     /// before the timer (one an earlier window left with less time, or one
