@@ -9,7 +9,6 @@
 mod support;
 mod throttle_support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -21,30 +20,12 @@ use support::http::{Reply, TestServer};
 use suprnova::clock::{Clock, FakeClock};
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig};
-use suprnova::server::handle_request_with_peer;
 use suprnova::{
     HttpResponse, Limit, RateLimiter, Request, Response, Router, ThrottleRequestsMiddleware,
 };
-use throttle_support::{memory_app, ok_routes};
+use throttle_support::{get_as_guest, memory_app, ok_routes, send_as_guest};
 
-const GUEST: &str = "203.0.113.5:40000";
 const MINUTE: Duration = Duration::from_secs(60);
-
-async fn get(router: &Router, uri: &str) -> HttpResponse {
-    let request = http::Request::get(uri)
-        .body(Full::<Bytes>::default())
-        .unwrap();
-    handle_request_with_peer(router, request, GUEST.parse::<SocketAddr>().unwrap()).await
-}
-
-async fn send(router: &Router, method: http::Method, uri: &str) -> HttpResponse {
-    let request = http::Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(Full::<Bytes>::default())
-        .unwrap();
-    handle_request_with_peer(router, request, GUEST.parse::<SocketAddr>().unwrap()).await
-}
 
 /// `(status, X-RateLimit-Limit, X-RateLimit-Remaining, Retry-After,
 /// X-RateLimit-Reset)` of an in-process response.
@@ -181,25 +162,25 @@ async fn a_window_opened_inside_a_second_is_refused_with_at_least_one_second() {
     memory_app(&clock)
         .scope(async {
             let router = ok_routes(&["/api"]).middleware_named("throttle:2,1");
-            assert_eq!(heads(&get(&router, "/api").await), ok("2", "1"));
-            assert_eq!(heads(&get(&router, "/api").await), ok("2", "0"));
+            assert_eq!(heads(&get_as_guest(&router, "/api").await), ok("2", "1"));
+            assert_eq!(heads(&get_as_guest(&router, "/api").await), ok("2", "0"));
             clock.advance(Duration::from_millis(100)); // 12:00:00.600
             assert_eq!(
-                heads(&get(&router, "/api").await),
+                heads(&get_as_guest(&router, "/api").await),
                 refused("2", "60", t0 + 60)
             );
             clock.advance(Duration::from_millis(59_600)); // 12:01:00.200
             assert_eq!(
-                heads(&get(&router, "/api").await),
+                heads(&get_as_guest(&router, "/api").await),
                 refused("2", "1", t0 + 61)
             );
             clock.advance(Duration::from_millis(299)); // 12:01:00.499
             assert_eq!(
-                heads(&get(&router, "/api").await),
+                heads(&get_as_guest(&router, "/api").await),
                 refused("2", "1", t0 + 61)
             );
             clock.advance(Duration::from_millis(1)); // 12:01:00.500
-            assert_eq!(heads(&get(&router, "/api").await), ok("2", "1"));
+            assert_eq!(heads(&get_as_guest(&router, "/api").await), ok("2", "1"));
         })
         .await;
 }
@@ -256,17 +237,26 @@ async fn the_sliding_window_when_the_oldest_hit_leaves_inside_a_second() {
         |_| "s".to_owned(),
     ));
     clock.advance(Duration::from_millis(250));
-    assert_eq!(heads(&get(&router, "/s").await), ok("2", "1"));
+    assert_eq!(heads(&get_as_guest(&router, "/s").await), ok("2", "1"));
     clock.advance(Duration::from_millis(750));
-    assert_eq!(heads(&get(&router, "/s").await), ok("2", "0"));
+    assert_eq!(heads(&get_as_guest(&router, "/s").await), ok("2", "0"));
     clock.advance(Duration::from_secs(4));
-    assert_eq!(heads(&get(&router, "/s").await), refused("2", "6", t0 + 11));
+    assert_eq!(
+        heads(&get_as_guest(&router, "/s").await),
+        refused("2", "6", t0 + 11)
+    );
     clock.advance(Duration::from_millis(5_249));
-    assert_eq!(heads(&get(&router, "/s").await), refused("2", "1", t0 + 11));
+    assert_eq!(
+        heads(&get_as_guest(&router, "/s").await),
+        refused("2", "1", t0 + 11)
+    );
     clock.advance(Duration::from_millis(1));
-    assert_eq!(heads(&get(&router, "/s").await), ok("2", "0"));
+    assert_eq!(heads(&get_as_guest(&router, "/s").await), ok("2", "0"));
     // Full again: the hit of 12:00:01 leaves at 12:00:11.
-    assert_eq!(heads(&get(&router, "/s").await), refused("2", "1", t0 + 11));
+    assert_eq!(
+        heads(&get_as_guest(&router, "/s").await),
+        refused("2", "1", t0 + 11)
+    );
 }
 
 // ---------------------------------------------------------------------------
@@ -300,15 +290,23 @@ async fn two_full_limits_refuse_with_the_first_in_list_order() {
                 .middleware_named("throttle:minute-first")
                 .merge(ok_routes(&["/b"]).middleware_named("throttle:ten-first"));
             for uri in ["/a", "/b"] {
-                assert_eq!(heads(&get(&router, uri).await), ok("2", "1"), "{uri}");
-                assert_eq!(heads(&get(&router, uri).await), ok("2", "0"), "{uri}");
+                assert_eq!(
+                    heads(&get_as_guest(&router, uri).await),
+                    ok("2", "1"),
+                    "{uri}"
+                );
+                assert_eq!(
+                    heads(&get_as_guest(&router, uri).await),
+                    ok("2", "0"),
+                    "{uri}"
+                );
             }
             assert_eq!(
-                heads(&get(&router, "/a").await),
+                heads(&get_as_guest(&router, "/a").await),
                 refused("2", "60", t0 + 60)
             );
             assert_eq!(
-                heads(&get(&router, "/b").await),
+                heads(&get_as_guest(&router, "/b").await),
                 refused("2", "10", t0 + 10)
             );
             // Nothing was counted by the refusals.
@@ -323,11 +321,11 @@ async fn two_full_limits_refuse_with_the_first_in_list_order() {
             // After the ten seconds only the minute refuses, on both.
             clock.advance(Duration::from_secs(10));
             assert_eq!(
-                heads(&get(&router, "/a").await),
+                heads(&get_as_guest(&router, "/a").await),
                 refused("2", "50", t0 + 60)
             );
             assert_eq!(
-                heads(&get(&router, "/b").await),
+                heads(&get_as_guest(&router, "/b").await),
                 refused("2", "50", t0 + 60)
             );
         })
@@ -354,20 +352,20 @@ async fn the_reported_pair_follows_the_limit_with_the_fewest_places() {
             });
             let router = ok_routes(&["/t"]).middleware_named("throttle:three");
             // wide 4 left, narrow 2: narrow.
-            assert_eq!(heads(&get(&router, "/t").await), ok("3", "2"));
-            assert_eq!(heads(&get(&router, "/t").await), ok("3", "1"));
-            assert_eq!(heads(&get(&router, "/t").await), ok("3", "0"));
+            assert_eq!(heads(&get_as_guest(&router, "/t").await), ok("3", "2"));
+            assert_eq!(heads(&get_as_guest(&router, "/t").await), ok("3", "1"));
+            assert_eq!(heads(&get_as_guest(&router, "/t").await), ok("3", "0"));
             assert_eq!(
-                heads(&get(&router, "/t").await),
+                heads(&get_as_guest(&router, "/t").await),
                 refused("3", "20", t0 + 20)
             );
             clock.advance(Duration::from_secs(20));
             // wide 1 left, narrow 2: wide.
-            assert_eq!(heads(&get(&router, "/t").await), ok("5", "1"));
+            assert_eq!(heads(&get_as_guest(&router, "/t").await), ok("5", "1"));
             // wide 0, narrow 1: wide.
-            assert_eq!(heads(&get(&router, "/t").await), ok("5", "0"));
+            assert_eq!(heads(&get_as_guest(&router, "/t").await), ok("5", "0"));
             assert_eq!(
-                heads(&get(&router, "/t").await),
+                heads(&get_as_guest(&router, "/t").await),
                 refused("5", "40", t0 + 60)
             );
             let unlimited = format!("three:attempts:{}:decay:60", i64::MAX);
@@ -408,7 +406,7 @@ async fn a_limit_of_zero_that_counts_after_the_response_still_refuses() {
                 .middleware_named("throttle:locked");
             let mut statuses = Vec::new();
             for _ in 0..5 {
-                statuses.push(get(&router, "/login").await.status_code());
+                statuses.push(get_as_guest(&router, "/login").await.status_code());
             }
             assert!(
                 runs.load(Ordering::SeqCst) <= 1,
@@ -439,13 +437,13 @@ async fn a_limit_of_zero_tells_the_client_to_wait_a_whole_window() {
                 |_| "z".to_owned(),
             ));
             assert_eq!(
-                heads(&get(&sliding, "/slide").await),
+                heads(&get_as_guest(&sliding, "/slide").await),
                 refused("0", "60", t0 + 60)
             );
-            let first = get(&throttled, "/zero").await;
+            let first = get_as_guest(&throttled, "/zero").await;
             // The client obeys the reset and comes back then: refused again.
             clock.advance(Duration::from_secs(1));
-            let again = get(&throttled, "/zero").await;
+            let again = get_as_guest(&throttled, "/zero").await;
             assert_eq!(again.status_code(), 429);
             assert_eq!(heads(&first), refused("0", "60", t0 + 60));
         })
@@ -466,22 +464,22 @@ async fn the_largest_limits_carry_every_digit() {
                 |_| "big".to_owned(),
             ));
             assert_eq!(
-                heads(&get(&sliding, "/u32").await),
+                heads(&get_as_guest(&sliding, "/u32").await),
                 ok("4294967295", "4294967294")
             );
             assert_eq!(
-                heads(&get(&sliding, "/u32").await),
+                heads(&get_as_guest(&sliding, "/u32").await),
                 ok("4294967295", "4294967293")
             );
             let throttled =
                 ok_routes(&["/i64"]).middleware(ThrottleRequestsMiddleware::with(i64::MAX, 1, ""));
             assert_eq!(
-                heads(&get(&throttled, "/i64").await),
+                heads(&get_as_guest(&throttled, "/i64").await),
                 ok("9223372036854775807", "9223372036854775806")
             );
             let alias = ok_routes(&["/alias"]).middleware_named("throttle:9223372036854775807,1");
             assert_eq!(
-                heads(&get(&alias, "/alias").await),
+                heads(&get_as_guest(&alias, "/alias").await),
                 ok("9223372036854775807", "9223372036854775806")
             );
         })
@@ -501,8 +499,8 @@ async fn a_window_as_long_as_the_numbers_go_refuses_without_overflow() {
                 ok_routes(&["/long"]).middleware(ThrottleRequestsMiddleware::with_limits(vec![
                     Limit::per_second(1, i64::MAX).by("long"),
                 ]));
-            assert_eq!(heads(&get(&router, "/long").await), ok("1", "0"));
-            let r = get(&router, "/long").await;
+            assert_eq!(heads(&get_as_guest(&router, "/long").await), ok("1", "0"));
+            let r = get_as_guest(&router, "/long").await;
             let wait = (i64::MAX - t0).to_string();
             assert_eq!(heads(&r), refused("1", &wait, i64::MAX));
         })
@@ -534,7 +532,7 @@ async fn a_handlers_own_retry_after_and_429_keep_their_values() {
                         .header("X-RateLimit-Reset", "42")
                 })
                 .middleware_named("throttle:3,1");
-            let r = get(&router, "/busy").await;
+            let r = get_as_guest(&router, "/busy").await;
             assert_eq!(
                 heads(&r),
                 (
@@ -545,7 +543,7 @@ async fn a_handlers_own_retry_after_and_429_keep_their_values() {
                     Some("42".into())
                 )
             );
-            let r = get(&router, "/busy?full=1").await;
+            let r = get_as_guest(&router, "/busy?full=1").await;
             assert_eq!(
                 heads(&r),
                 (
@@ -557,12 +555,12 @@ async fn a_handlers_own_retry_after_and_429_keep_their_values() {
                 )
             );
             assert_eq!(r.body_text(), "come back later");
-            let r = get(&router, "/busy?full=1").await;
+            let r = get_as_guest(&router, "/busy?full=1").await;
             assert_eq!(heads(&r).2.as_deref(), Some("0"));
             // The throttle's own refusal now: its values, not the handler's.
             let t0 = clock.unix_seconds();
             assert_eq!(
-                heads(&get(&router, "/busy").await),
+                heads(&get_as_guest(&router, "/busy").await),
                 refused("3", "60", t0 + 60)
             );
         })
@@ -586,7 +584,7 @@ async fn a_handlers_own_429_passes_the_sliding_window_with_its_pair() {
             SlidingWindowConfig::new(2, MINUTE),
             |_| "busy".to_owned(),
         ));
-    let r = get(&router, "/busy").await;
+    let r = get_as_guest(&router, "/busy").await;
     assert_eq!(
         heads(&r),
         (
@@ -659,11 +657,11 @@ async fn options_is_answered_before_the_throttle_and_not_counted() {
         .scope(async {
             let router = ok_routes(&["/o"]).middleware_named("throttle:1,1");
             for _ in 0..3 {
-                let r = send(&router, http::Method::OPTIONS, "/o").await;
+                let r = send_as_guest(&router, http::Method::OPTIONS, "/o").await;
                 assert_eq!(r.status_code(), 405);
                 assert_eq!(r.header_str("x-ratelimit-limit"), None);
             }
-            assert_eq!(heads(&get(&router, "/o").await), ok("1", "0"));
+            assert_eq!(heads(&get_as_guest(&router, "/o").await), ok("1", "0"));
         })
         .await;
 }
@@ -693,9 +691,9 @@ async fn a_custom_refusal_gets_the_refusing_limits_missing_headers() {
                 .into()
             });
             let router = ok_routes(&["/c"]).middleware_named("throttle:custom");
-            assert_eq!(heads(&get(&router, "/c").await), ok("1", "0"));
+            assert_eq!(heads(&get_as_guest(&router, "/c").await), ok("1", "0"));
             clock.advance(Duration::from_secs(5));
-            let r = get(&router, "/c").await;
+            let r = get_as_guest(&router, "/c").await;
             assert_eq!(
                 heads(&r),
                 (
@@ -733,9 +731,9 @@ async fn a_named_limiters_own_answer_and_none_carry_no_headers() {
                 })
                 .middleware_named("throttle:gate");
             for _ in 0..3 {
-                let r = get(&router, "/g").await;
+                let r = get_as_guest(&router, "/g").await;
                 assert_eq!(heads(&r), (200, None, Some("99".into()), None, None));
-                let r = get(&router, "/g?blocked=1").await;
+                let r = get_as_guest(&router, "/g?blocked=1").await;
                 assert_eq!(heads(&r), (429, None, None, None, None));
                 assert_eq!(r.body_text(), "blocked");
             }
@@ -758,10 +756,10 @@ async fn odd_alias_arguments_are_trimmed_or_refused_by_name() {
         .scope(async {
             let spaced = ok_routes(&["/s"]).middleware_named("throttle: 2 , 1 , pre ");
             assert!(spaced.validate().is_ok());
-            assert_eq!(heads(&get(&spaced, "/s").await), ok("2", "1"));
-            assert_eq!(heads(&get(&spaced, "/s").await), ok("2", "0"));
+            assert_eq!(heads(&get_as_guest(&spaced, "/s").await), ok("2", "1"));
+            assert_eq!(heads(&get_as_guest(&spaced, "/s").await), ok("2", "0"));
             assert_eq!(
-                heads(&get(&spaced, "/s").await),
+                heads(&get_as_guest(&spaced, "/s").await),
                 refused("2", "60", t0 + 60)
             );
             assert_eq!(

@@ -7,7 +7,6 @@
 mod support;
 mod throttle_support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -16,18 +15,8 @@ use bytes::Bytes;
 use http_body_util::Full;
 use support::clock_at;
 use suprnova::clock::Clock;
-use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
-use throttle_support::{memory_app, ok_routes};
-
-const GUEST: &str = "203.0.113.5:40000";
-
-async fn get(router: &Router, uri: &str) -> HttpResponse {
-    let request = http::Request::get(uri)
-        .body(Full::<Bytes>::default())
-        .unwrap();
-    handle_request_with_peer(router, request, GUEST.parse::<SocketAddr>().unwrap()).await
-}
+use throttle_support::{get_as_guest, memory_app, ok_routes};
 
 fn pair(r: &HttpResponse) -> (u16, Option<&str>, Option<&str>) {
     (
@@ -42,7 +31,7 @@ fn pair(r: &HttpResponse) -> (u16, Option<&str>, Option<&str>) {
 async fn answers(router: &Router, uri: &str, expected: &[(u16, Option<&str>, Option<&str>)]) {
     for (n, want) in expected.iter().enumerate() {
         assert_eq!(
-            pair(&get(router, uri).await),
+            pair(&get_as_guest(router, uri).await),
             *want,
             "{uri}, request {}",
             n + 1
@@ -70,14 +59,14 @@ async fn one_key_in_two_named_limiters_counts_in_two_buckets() {
                 &[(200, Some("2"), Some("1")), (200, Some("2"), Some("0"))],
             )
             .await;
-            assert_eq!(get(&router, "/a").await.status_code(), 429);
+            assert_eq!(get_as_guest(&router, "/a").await.status_code(), 429);
             for left in ["2", "1", "0"] {
                 assert_eq!(
-                    pair(&get(&router, "/u").await),
+                    pair(&get_as_guest(&router, "/u").await),
                     (200, Some("3"), Some(left))
                 );
             }
-            assert_eq!(get(&router, "/u").await.status_code(), 429);
+            assert_eq!(get_as_guest(&router, "/u").await.status_code(), 429);
             assert_eq!(attempts("api:k").await, 2);
             assert_eq!(attempts("uploads:k").await, 3);
             assert_eq!(attempts("k").await, 0);
@@ -97,11 +86,11 @@ async fn two_named_limiters_on_one_route_report_the_tighter_and_the_tighter_refu
                 .middleware_named("throttle:narrow");
             for left in ["2", "1", "0"] {
                 assert_eq!(
-                    pair(&get(&router, "/x").await),
+                    pair(&get_as_guest(&router, "/x").await),
                     (200, Some("3"), Some(left))
                 );
             }
-            let refused = get(&router, "/x").await;
+            let refused = get_as_guest(&router, "/x").await;
             assert_eq!(pair(&refused), (429, Some("3"), Some("0")));
             assert_eq!(refused.header_str("retry-after"), Some("60"));
             assert_eq!(attempts("narrow:k").await, 3);
@@ -130,7 +119,7 @@ async fn a_full_limit_of_a_named_list_refuses_with_its_headers_and_counts_none()
             )
             .await;
             clock.advance(Duration::from_secs(10));
-            let refused = get(&router, "/x").await;
+            let refused = get_as_guest(&router, "/x").await;
             assert_eq!(pair(&refused), (429, Some("2"), Some("0")));
             assert_eq!(refused.body_text(), "Too Many Attempts.");
             assert_eq!(refused.header_str("retry-after"), Some("20"));
@@ -145,7 +134,10 @@ async fn a_full_limit_of_a_named_list_refuses_with_its_headers_and_counts_none()
             // The narrow window ends and opens again with this request: one
             // place left of 2 is still the fewest (the minute has 7).
             clock.advance(Duration::from_secs(20));
-            assert_eq!(pair(&get(&router, "/x").await), (200, Some("2"), Some("1")));
+            assert_eq!(
+                pair(&get_as_guest(&router, "/x").await),
+                (200, Some("2"), Some("1"))
+            );
             assert_eq!(attempts("api:wide").await, 3);
         })
         .await;
@@ -164,7 +156,10 @@ async fn unlimited_alone_passes_uncounted_and_in_a_list_the_other_limit_reports(
             let mixed = ok_routes(&["/mixed"]).middleware_named("throttle:mixed");
             let router = free.merge(mixed);
             for _ in 0..100 {
-                assert_eq!(pair(&get(&router, "/free").await), (200, None, None));
+                assert_eq!(
+                    pair(&get_as_guest(&router, "/free").await),
+                    (200, None, None)
+                );
             }
             assert_eq!(attempts("free:").await, 0);
             answers(
@@ -196,10 +191,10 @@ async fn a_limit_of_zero_or_below_refuses_every_request_and_stores_nothing() {
             let negative = ok_routes(&["/negative"]).middleware_named("throttle:negative");
             let router = zero.merge(negative);
             for _ in 0..3 {
-                let r = get(&router, "/zero").await;
+                let r = get_as_guest(&router, "/zero").await;
                 assert_eq!(pair(&r), (429, Some("0"), Some("0")));
                 assert!(r.header_str("retry-after").is_some());
-                let r = get(&router, "/negative").await;
+                let r = get_as_guest(&router, "/negative").await;
                 assert_eq!(
                     (r.status_code(), r.header_str("x-ratelimit-remaining")),
                     (429, Some("0"))
@@ -226,7 +221,10 @@ async fn a_window_of_no_time_or_below_never_limits_and_reports_every_place() {
             });
             let router = ok_routes(&["/n"]).middleware_named("throttle:none");
             for _ in 0..10 {
-                assert_eq!(pair(&get(&router, "/n").await), (200, Some("3"), Some("3")));
+                assert_eq!(
+                    pair(&get_as_guest(&router, "/n").await),
+                    (200, Some("3"), Some("3"))
+                );
             }
             assert_eq!(attempts("none:a").await, 0);
             assert_eq!(attempts("none:b").await, 0);
@@ -255,7 +253,10 @@ async fn unicode_keys_count_in_their_cleaned_bucket() {
             RateLimiter::hit("api:Jose@example.com ½ 日本 😀", 60)
                 .await
                 .unwrap();
-            assert_eq!(pair(&get(&router, "/u").await), (429, Some("3"), Some("0")));
+            assert_eq!(
+                pair(&get_as_guest(&router, "/u").await),
+                (429, Some("3"), Some("0"))
+            );
         })
         .await;
 }
@@ -285,14 +286,14 @@ async fn a_very_long_key_counts_refuses_and_clears() {
                 let router =
                     ok_routes(&[path.as_str()]).middleware_named(&format!("throttle:{name}"));
                 assert_eq!(
-                    pair(&get(&router, &path).await),
+                    pair(&get_as_guest(&router, &path).await),
                     (200, Some("2"), Some("1"))
                 );
                 assert_eq!(
-                    pair(&get(&router, &path).await),
+                    pair(&get_as_guest(&router, &path).await),
                     (200, Some("2"), Some("0"))
                 );
-                let refused = get(&router, &path).await;
+                let refused = get_as_guest(&router, &path).await;
                 assert_eq!(pair(&refused), (429, Some("2"), Some("0")), "{n}");
                 assert_eq!(refused.header_str("retry-after"), Some("60"), "{n}");
                 let full = format!("{name}:{long}");
@@ -300,7 +301,7 @@ async fn a_very_long_key_counts_refuses_and_clears() {
                 assert_eq!(RateLimiter::available_in(&full).await.unwrap(), 60, "{n}");
                 RateLimiter::clear(&full).await.unwrap();
                 assert_eq!(
-                    pair(&get(&router, &path).await),
+                    pair(&get_as_guest(&router, &path).await),
                     (200, Some("2"), Some("1")),
                     "{n}"
                 );
@@ -362,10 +363,10 @@ async fn a_response_callback_on_the_full_limit_of_a_list_gets_the_missing_header
             });
             let router = ok_routes(&["/login"]).middleware_named("throttle:login");
             assert_eq!(
-                pair(&get(&router, "/login").await),
+                pair(&get_as_guest(&router, "/login").await),
                 (200, Some("1"), Some("0"))
             );
-            let refused = get(&router, "/login").await;
+            let refused = get_as_guest(&router, "/login").await;
             assert_eq!(refused.body_text(), "slow down on /login");
             assert_eq!(pair(&refused), (429, Some("1"), Some("0")));
             assert_eq!(refused.header_str("retry-after"), Some("60"));
@@ -386,7 +387,10 @@ async fn with_limits_and_a_prefix_keep_the_fallback_keys_under_the_prefix() {
                 ])
                 .prefix("grp"),
             );
-            assert_eq!(pair(&get(&router, "/p").await), (200, Some("3"), Some("2")));
+            assert_eq!(
+                pair(&get_as_guest(&router, "/p").await),
+                (200, Some("3"), Some("2"))
+            );
             assert_eq!(attempts("grp:u:attempts:3:decay:60").await, 1);
             assert_eq!(attempts("grp:u:attempts:10:decay:3600").await, 1);
         })
@@ -440,7 +444,7 @@ async fn edges_without_a_clock_step() {
         &[(200, Some("2"), Some("1")), (200, Some("2"), Some("0"))],
     )
     .await;
-    let refused = get(&router, "/list").await;
+    let refused = get_as_guest(&router, "/list").await;
     assert_eq!(pair(&refused), (429, Some("2"), Some("0")));
     let retry: i64 = refused.header_str("retry-after").unwrap().parse().unwrap();
     assert!((29..=30).contains(&retry), "{retry}");
@@ -449,7 +453,7 @@ async fn edges_without_a_clock_step() {
 
     for _ in 0..3 {
         assert_eq!(
-            pair(&get(&router, "/zero").await),
+            pair(&get_as_guest(&router, "/zero").await),
             (429, Some("0"), Some("0"))
         );
     }
@@ -457,7 +461,7 @@ async fn edges_without_a_clock_step() {
 
     for _ in 0..5 {
         assert_eq!(
-            pair(&get(&router, "/nowindow").await),
+            pair(&get_as_guest(&router, "/nowindow").await),
             (200, Some("3"), Some("3"))
         );
     }
@@ -475,7 +479,10 @@ async fn edges_without_a_clock_step() {
     )
     .await;
     for _ in 0..5 {
-        assert_eq!(pair(&get(&router, "/free").await), (200, None, None));
+        assert_eq!(
+            pair(&get_as_guest(&router, "/free").await),
+            (200, None, None)
+        );
     }
 
     answers(
@@ -491,12 +498,12 @@ async fn edges_without_a_clock_step() {
     assert_eq!(attempts(&format!("long:{long}")).await, 2);
     RateLimiter::clear(&format!("long:{long}")).await.unwrap();
     assert_eq!(
-        pair(&get(&router, "/long").await),
+        pair(&get_as_guest(&router, "/long").await),
         (200, Some("2"), Some("1"))
     );
 
     assert_eq!(
-        pair(&get(&router, "/uni").await),
+        pair(&get_as_guest(&router, "/uni").await),
         (200, Some("3"), Some("2"))
     );
     assert_eq!(attempts("uni:Jose@example.com ½ 日本 😀").await, 1);
@@ -633,7 +640,7 @@ async fn a_window_of_no_time_beside_a_minute_in_one_bucket_still_limits() {
             let router = ok_routes(&["/x"]).middleware(ThrottleRequestsMiddleware::by_name("api"));
             let mut statuses = Vec::new();
             for _ in 0..4 {
-                statuses.push(get(&router, "/x").await.status_code());
+                statuses.push(get_as_guest(&router, "/x").await.status_code());
             }
             assert_eq!(statuses, [200, 200, 429, 429]);
             assert_eq!(RateLimiter::attempts("api:cafe").await.unwrap(), 3);

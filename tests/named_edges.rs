@@ -7,8 +7,6 @@
 mod support;
 mod throttle_support;
 
-use std::net::SocketAddr;
-
 use bytes::Bytes;
 use http_body_util::Full;
 use support::clock_at;
@@ -17,20 +15,10 @@ use support::http::TestServer;
 use support::redis::RedisServer;
 #[cfg(feature = "redis")]
 use support::unique_prefix;
-use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
-use throttle_support::memory_app;
 #[cfg(feature = "redis")]
 use throttle_support::{SignIn, app_on_redis};
-
-const GUEST: &str = "203.0.113.5:40000";
-
-async fn get(router: &Router, uri: &str) -> HttpResponse {
-    let request = http::Request::get(uri)
-        .body(Full::<Bytes>::default())
-        .unwrap();
-    handle_request_with_peer(router, request, GUEST.parse::<SocketAddr>().unwrap()).await
-}
+use throttle_support::{get_as_guest, memory_app};
 
 async fn ok(_req: Request) -> HttpResponse {
     HttpResponse::text("ok")
@@ -94,10 +82,10 @@ async fn each_value_of_a_route_parameter_counts_apart() {
                 ("/tags/a&b", "/tags/aab"),
                 ("/tags/caf%C3%A9", "/tags/cafe"),
             ] {
-                assert_eq!(get(&router, spent).await.status_code(), 200);
-                assert_eq!(get(&router, spent).await.status_code(), 200);
-                assert_eq!(get(&router, spent).await.status_code(), 429);
-                let r = get(&router, fresh).await;
+                assert_eq!(get_as_guest(&router, spent).await.status_code(), 200);
+                assert_eq!(get_as_guest(&router, spent).await.status_code(), 200);
+                assert_eq!(get_as_guest(&router, spent).await.status_code(), 429);
+                let r = get_as_guest(&router, fresh).await;
                 assert_eq!(
                     (r.status_code(), r.header_str("x-ratelimit-remaining")),
                     (200, Some("1")),

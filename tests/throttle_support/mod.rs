@@ -4,11 +4,14 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+use http_body_util::Full;
 use suprnova::cache::{MemoryStore, Store};
 use suprnova::clock::{FakeClock, SharedClock};
 use suprnova::container::App;
 use suprnova::limiter::CacheRateLimiter;
 use suprnova::middleware::register_middleware_alias_with_args;
+use suprnova::server::handle_request_with_peer;
 use suprnova::{
     HttpResponse, Middleware, Next, Request, Response, Router, ThrottleRequestsMiddleware,
     async_trait,
@@ -83,4 +86,23 @@ impl Middleware for SignIn {
         }
         next(request).await
     }
+}
+
+/// The client address of the in-process requests sent as a guest.
+pub const GUEST: &str = "203.0.113.5:40000";
+
+/// Sends `method uri` with no body through `router`, in process, from
+/// [`GUEST`].
+pub async fn send_as_guest(router: &Router, method: http::Method, uri: &str) -> HttpResponse {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .body(Full::<Bytes>::default())
+        .unwrap();
+    handle_request_with_peer(router, request, GUEST.parse().unwrap()).await
+}
+
+/// `GET uri` through `router`, in process, from [`GUEST`].
+pub async fn get_as_guest(router: &Router, uri: &str) -> HttpResponse {
+    send_as_guest(router, http::Method::GET, uri).await
 }
