@@ -47,6 +47,13 @@ local now = tonumber(time[1]) * 1000000 + tonumber(time[2])
 redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', now - window))
 local count = redis.call('ZCARD', key)
 
+-- The stamp of the hit at `index` (0 the oldest, -1 the newest). A hit's
+-- member is its stamp, so the member is read, not the score: half the
+-- reply, and no float for Redis to format.
+local function stamp_at(index)
+  return tonumber(redis.call('ZRANGE', key, index, index)[1])
+end
+
 -- Adds a hit stamped `stamp`, or the next free microsecond after it;
 -- returns the stamp it took.
 local function add_hit(stamp)
@@ -81,7 +88,7 @@ end
 -- one microsecond take the next free ones (add_hit).
 local newest = nil
 if count > 0 then
-  newest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
+  newest = stamp_at(-1)
   if newest > now + count then
     local hits = redis.call('ZRANGE', key, 0, -1)
     redis.call('DEL', key)
@@ -119,9 +126,7 @@ end
 if gate == nil then
   gate = 0
   if count > 0 then
-    local index = math.max(count - max, 0)
-    local hit = redis.call('ZRANGE', key, index, index, 'WITHSCORES')
-    gate = tonumber(hit[2])
+    gate = stamp_at(math.max(count - max, 0))
   end
 end
 
