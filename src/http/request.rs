@@ -208,8 +208,14 @@ impl Request {
         self.route.as_ref().map(MatchedRoute::as_str)
     }
 
+    /// Matches the request to `route`, whose middleware run before its
+    /// handler has it: a request dispatched from another route's handler
+    /// (a router mounted by [`Router::dispatch`](crate::Router::dispatch))
+    /// is the handler's again only once the new route's middleware have
+    /// run, so that a body they read leaves its holds in place.
     pub(crate) fn set_route(&mut self, route: MatchedRoute) {
         self.route = Some(route);
+        self.in_handler = false;
     }
 
     pub(crate) fn set_params(&mut self, params: Vec<(String, String)>) {

@@ -154,12 +154,11 @@ async fn upgrade<H: WebSocketHandler>(
     // its holds are, and they moved out above.
     drop(request);
     let app = App::current();
-    let (ticket, confirmed) = oneshot::channel();
+    let (start, confirmed) = oneshot::channel();
     let session = Session {
         handler,
         on_upgrade,
         config,
-        holds,
         shutdown,
         client_ip,
         path,
@@ -172,18 +171,33 @@ async fn upgrade<H: WebSocketHandler>(
         .header("Sec-WebSocket-Accept", accept);
     switching
         .extensions_mut()
-        .insert(UpgradeTicket(Arc::new(Mutex::new(Some(ticket)))));
+        .insert(UpgradeTicket(Arc::new(Mutex::new(Some(Ticket {
+            start,
+            holds,
+        })))));
     switching
 }
 
+/// What a request held for its connection
+/// ([`Request::hold_for_connection`]).
+type Holds = Vec<Box<dyn Any + Send + Sync>>;
+
 /// Rides on a route's `101`: the server confirms it when the `101` is the
-/// answer it sends ([`confirm_upgrade`]). A middleware that answers
-/// otherwise drops the `101`, and with it the ticket, so the session ends
-/// at once and gives back what the request held.
+/// answer it sends ([`confirm_upgrade`]), which hands the session the
+/// request's holds and lets it start. A middleware that answers otherwise
+/// drops the `101`, and with it the ticket and the holds, there and then
+/// (a place of [`ConnectionsPerIp`](crate::rate_limit::ConnectionsPerIp)
+/// is free when the refusal leaves the chain), and the session ends.
 /// (Extensions hold only what can be cloned: the clones share the one
-/// sender, which goes when the last of them does.)
+/// ticket, which goes when the last of them does.)
 #[derive(Clone)]
-pub(crate) struct UpgradeTicket(Arc<Mutex<Option<oneshot::Sender<()>>>>);
+pub(crate) struct UpgradeTicket(Arc<Mutex<Option<Ticket>>>);
+
+/// The session's start and the holds it runs with.
+struct Ticket {
+    start: oneshot::Sender<Holds>,
+    holds: Holds,
+}
 
 /// Lets the session of a WebSocket `response` start, when `response` is the
 /// `101` that carries its ticket.
@@ -192,7 +206,9 @@ pub(crate) fn confirm_upgrade(response: &mut HttpResponse) {
         && let Some(UpgradeTicket(ticket)) = response.extensions_mut().remove::<UpgradeTicket>()
         && let Some(ticket) = ticket.lock().unwrap_or_else(|e| e.into_inner()).take()
     {
-        let _ = ticket.send(());
+        // A session that is gone (its task cancelled) sends the holds back,
+        // and they drop here.
+        let _ = ticket.start.send(ticket.holds);
     }
 }
 
@@ -201,7 +217,6 @@ struct Session<H> {
     handler: Arc<H>,
     on_upgrade: OnUpgrade,
     config: WebSocketConfig,
-    holds: Vec<Box<dyn Any + Send + Sync>>,
     shutdown: Option<watch::Receiver<bool>>,
     client_ip: Option<std::net::IpAddr>,
     path: String,
@@ -210,13 +225,17 @@ struct Session<H> {
 /// One socket's session, once the server confirmed its `101` went out.
 /// Its holds live exactly as long as it does, and so does its `shutdown`,
 /// the server's flag, by which the server knows it is over.
-async fn run_session<H: WebSocketHandler>(session: Session<H>, confirmed: oneshot::Receiver<()>) {
+async fn run_session<H: WebSocketHandler>(
+    session: Session<H>,
+    confirmed: oneshot::Receiver<Holds>,
+) {
     let path = session.path.as_str();
-    if confirmed.await.is_err() {
-        // A later middleware answered instead of the 101.
+    let Ok(holds) = confirmed.await else {
+        // A later middleware answered instead of the 101, and its holds
+        // went with the 101.
         tracing::debug!(path, "WebSocket upgrade refused after the route answered");
         return;
-    }
+    };
     let upgraded = match session.on_upgrade.await {
         Ok(upgraded) => upgraded,
         Err(error) => {
@@ -249,7 +268,7 @@ async fn run_session<H: WebSocketHandler>(session: Session<H>, confirmed: onesho
         finish_close(stream, panicked).await;
     }
     // Held until here: the holds and the server's flag end with the session.
-    drop(session.holds);
+    drop(holds);
     drop(session.shutdown);
 }
 
