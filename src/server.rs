@@ -14,6 +14,12 @@
 //! Every connection runs inside the container that was current when the
 //! server started ([`App::current`]), so a test that scopes its own `App`
 //! around the server sees its own limiters in the requests.
+//!
+//! A client that ends its side of an HTTP/1 connection (a TCP half-close)
+//! is taken to be gone, as hyper takes it: the handler of the request in
+//! flight is dropped and nothing is answered, so that a client that gave
+//! up costs no more work. A client keeps its side open until its answer
+//! has come.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -452,7 +458,7 @@ where
 /// (RFC 9113, 8.1: an interim HEADERS frame that ends its stream is
 /// malformed, and the client gets no answer): it gets `500`, as hyper
 /// answers a handler's `100` or `103` over HTTP/1 (where a `101` is a
-/// WebSocket route's upgrade).
+/// WebSocket route's upgrade: the router answers any other with `500`).
 fn final_answer(answer: HttpResponse, http2: bool) -> HttpResponse {
     if http2 && answer.status_code_typed().is_informational() {
         tracing::error!(

@@ -103,25 +103,60 @@ impl BodyState {
             }
             BodyState::Streaming(_) | BodyState::Partial(_) => {}
         }
-        let (mut buf, mut body) = match std::mem::replace(self, BodyState::Consumed) {
+        let (buf, body) = match std::mem::replace(self, BodyState::Consumed) {
             BodyState::Streaming(body) => (BytesMut::new(), body),
             BodyState::Partial(partial) => *partial,
             BodyState::Buffered(_) | BodyState::Consumed => {
                 unreachable!("a body already read answered above")
             }
         };
+        let mut reading = Reading {
+            state: self,
+            buf,
+            body: Some(body),
+        };
+        let body = reading.body.as_mut().expect("set above");
         while let Some(frame) = body.frame().await {
-            let frame = frame.map_err(BodyError::Read)?;
+            let frame = match frame {
+                Ok(frame) => frame,
+                Err(error) => {
+                    // A body that failed is consumed: what it would give
+                    // after its error is no body the client sent.
+                    reading.body = None;
+                    return Err(BodyError::Read(error));
+                }
+            };
             if let Ok(data) = frame.into_data() {
-                buf.extend_from_slice(&data);
-                if buf.len() > limit {
-                    *self = BodyState::Partial(Box::new((buf, body)));
+                reading.buf.extend_from_slice(&data);
+                if reading.buf.len() > limit {
+                    // Left as it is read so far, for a larger cap.
                     return Err(BodyError::TooLarge { limit });
                 }
             }
         }
+        reading.body = None;
+        let buf = std::mem::take(&mut reading.buf);
         let bytes = buf.freeze();
-        *self = BodyState::Buffered(bytes.clone());
+        *reading.state = BodyState::Buffered(bytes.clone());
         Ok(bytes)
+    }
+}
+
+/// A body being read: when the read ends before the body does (found over
+/// its cap, or its future dropped while it waits, under a timeout), what
+/// was read and the rest go back to the request, for the next reader.
+struct Reading<'a> {
+    state: &'a mut BodyState,
+    buf: BytesMut,
+    /// The rest of the body; `None` once the read is done with it.
+    body: Option<BoxBody<Bytes, BoxError>>,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        if let Some(body) = self.body.take() {
+            let buf = std::mem::take(&mut self.buf);
+            *self.state = BodyState::Partial(Box::new((buf, body)));
+        }
     }
 }

@@ -11,6 +11,15 @@ use http::{HeaderMap, Method, Uri, Version};
 /// The asterisk form (`*`) is for a server-wide `OPTIONS` alone (section
 /// 3.2.4); served, `GET *` reached a route such as `/{name}`.
 pub(crate) fn target_fault(method: &Method, uri: &Uri) -> Option<&'static str> {
+    // An authority with userinfo (`http://user:secret@host/`, or an HTTP/2
+    // `:authority` of that form) is refused as it is in a `Host`: RFC
+    // 9110, 4.2.4, and RFC 9113, 8.3.1.
+    if uri
+        .authority()
+        .is_some_and(|authority| authority.as_str().contains('@'))
+    {
+        return Some("the request target must not carry userinfo\n");
+    }
     let path = uri.path();
     if path.starts_with('/') {
         // Origin form, or an absolute URI (whose empty path reads `/`).

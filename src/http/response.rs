@@ -222,17 +222,20 @@ impl HttpResponse {
         let mut body = self.body;
         headers.remove(TRANSFER_ENCODING);
         // RFC 9110, 8.6: no Content-Length on a 1xx or a 204, which have no
-        // content; a 304 has none either, and keeps a length only as set.
-        // Their content is left out: hyper leaves it out over HTTP/1, but
-        // over HTTP/2 it would send it.
+        // content; a 304 has none either, and keeps a length only as set; a
+        // 205 has none, and says so with a length of 0 (15.3.6). Their
+        // content is left out: hyper leaves it out over HTTP/1 (but a
+        // 205's), and over HTTP/2 it would send it.
         let has_no_content =
             self.status.is_informational() || self.status == StatusCode::NO_CONTENT;
+        let reset_content = self.status == StatusCode::RESET_CONTENT;
         let not_modified = self.status == StatusCode::NOT_MODIFIED;
         // One look-up on the common path, where no length is set.
         let mut length = headers.get(CONTENT_LENGTH).cloned();
-        if length.is_some() && lengths_disagree(&headers) {
-            // Two values a handler set (or appended): neither is believed,
-            // and the answer gets its body's, as one with none does.
+        if length.is_some() && lengths_unusable(&headers) {
+            // A value that is no number, or two a handler set (or
+            // appended): none is believed, and the answer gets its
+            // body's, as one with none does.
             headers.remove(CONTENT_LENGTH);
             length = None;
         }
@@ -241,6 +244,9 @@ impl HttpResponse {
             if length.is_some() {
                 headers.remove(CONTENT_LENGTH);
             }
+            body = Bytes::new();
+        } else if reset_content {
+            headers.insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
             body = Bytes::new();
         } else if body.is_empty() {
             // A HEAD's answer (or one to a request not known) keeps its
@@ -289,13 +295,17 @@ impl HttpResponse {
     }
 }
 
-/// Whether `headers` hold two `Content-Length` values that differ.
-fn lengths_disagree(headers: &HeaderMap) -> bool {
+/// Whether the `Content-Length` values of `headers` say no length: one
+/// that is not a number (`abc`, `-1`, empty), or two that differ.
+fn lengths_unusable(headers: &HeaderMap) -> bool {
     let mut lengths = headers.get_all(CONTENT_LENGTH).iter();
-    match (lengths.next(), lengths.next()) {
-        (Some(first), Some(second)) => first != second || lengths.any(|other| other != first),
-        _ => false,
-    }
+    let Some(first) = lengths.next() else {
+        return false;
+    };
+    let number = |length: &HeaderValue| {
+        !length.is_empty() && length.as_bytes().iter().all(u8::is_ascii_digit)
+    };
+    !number(first) || lengths.any(|other| other != first)
 }
 
 /// The request an answer goes out to, as far as its content is concerned.

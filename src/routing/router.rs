@@ -535,9 +535,16 @@ async fn response_of(
         Ok(chain) => {
             let mut answer = chain.await.unwrap_or_else(|short_circuit| short_circuit);
             // The outermost router's answer is the one that goes out: a
-            // WebSocket's 101 among them, whose session may start now.
-            if outermost && answer.status_code() == 101 {
-                crate::ws::confirm_upgrade(&mut answer);
+            // WebSocket's 101 among them, whose session may start now. A
+            // 101 that is no WebSocket route's switches to no protocol
+            // (RFC 9110, 15.2.2): the client would be left with a
+            // connection nobody speaks on.
+            if outermost && answer.status_code() == 101 && !crate::ws::confirm_upgrade(&mut answer)
+            {
+                tracing::error!(
+                    "a handler answered 101 without a WebSocket upgrade; answering 500"
+                );
+                return HttpResponse::text("500 Internal Server Error").status(500);
             }
             answer
         }

@@ -14,8 +14,9 @@ use super::idle::{IdleWatch, Quiet};
 /// shut down gracefully (HTTP/2 sends GOAWAY; requests in flight finish)
 /// and driven on until it ends, or until `idle` finds it without a request
 /// in flight for a period more, when it is dropped. A connection that sent
-/// no request at all within the period, or whose client made no room for
-/// any of an answer for two periods, is dropped at once. The receiver is
+/// no request at all within the period (but an HTTP/2 one, which is closed
+/// as an idle one is, with a GOAWAY first), or whose client made no room
+/// for any of an answer for two periods, is dropped at once. The receiver is
 /// held until the connection ends, which is how the server tells that
 /// every connection has.
 pub(super) async fn run<C>(

@@ -23,6 +23,10 @@ const HEADERS: u8 = 1;
 const WINDOW_UPDATE: u8 = 8;
 const CONTINUATION: u8 = 9;
 
+/// The flag of a `DATA` frame whose payload begins with the length of the
+/// padding that ends it (RFC 9113 section 6.1).
+const PADDED: u8 = 0x8;
+
 /// One direction of a connection's frames, followed through the bytes fed
 /// to it in order.
 #[derive(Default)]
@@ -39,6 +43,9 @@ pub(super) struct Frames {
     increment: [u8; 4],
     /// How many bytes of `increment` have come.
     got: u8,
+    /// The padding that ends a padded `DATA` frame under way, once its
+    /// first payload byte has come.
+    padding: u32,
 }
 
 /// What the bytes fed to [`Frames::follow`] carried.
@@ -47,7 +54,9 @@ pub(super) struct Seen {
     /// A byte of an answer's frames: `HEADERS`, `CONTINUATION`, or a
     /// `DATA` frame with a payload.
     pub(super) answer: bool,
-    /// A byte of a `DATA` frame, its header or its payload.
+    /// A byte of a request body: of a `DATA` frame's payload, not its
+    /// header, the length of its padding or the padding itself. (Empty
+    /// frames, or frames of padding alone, move no body forward.)
     pub(super) data: bool,
     /// The payload lengths of the `DATA` frames whose headers came whole:
     /// what they take from the connection's flow-control window, padding
@@ -78,13 +87,29 @@ impl Frames {
         if self.have > 3 {
             match self.kind() {
                 HEADERS | CONTINUATION => seen.answer = true,
-                DATA => {
-                    seen.data = true;
-                    seen.answer |= self.length() > 0;
-                }
+                DATA => seen.answer |= self.length() > 0,
                 _ => {}
             }
         }
+    }
+
+    /// Notes in `seen` whether `payload`, the next bytes of a `DATA`
+    /// frame's payload, hold any of the body: padded, the payload is the
+    /// padding's length, the body, then the padding.
+    fn note_data(&mut self, payload: &[u8], seen: &mut Seen) {
+        let length = self.length();
+        let start = length - self.left;
+        let (first, end) = if self.head[4] & PADDED == 0 {
+            (0, length)
+        } else {
+            if start == 0 {
+                self.padding = u32::from(payload[0]);
+            }
+            (1, length.saturating_sub(self.padding))
+        };
+        // At most `left`, a u32.
+        let stop = start + payload.len() as u32;
+        seen.data |= start.max(first) < stop.min(end);
     }
 
     /// Follows `bytes`, the next ones of this direction, noting in `seen`
@@ -114,6 +139,9 @@ impl Frames {
             // At most `left`, a u32.
             let take = bytes.len().min(self.left as usize);
             self.note(seen);
+            if self.kind() == DATA {
+                self.note_data(&bytes[..take], seen);
+            }
             if self.kind() == WINDOW_UPDATE && self.on_connection() && self.got < 4 {
                 let got = usize::from(self.got);
                 let more = (4 - got).min(take);
@@ -171,13 +199,7 @@ pub(super) mod tests {
             frame(0, 1, &[]),           // an empty DATA, ending a stream
         ]
         .concat();
-        assert_eq!(
-            seen(&control),
-            Seen {
-                data: true,
-                ..Seen::default()
-            }
-        );
+        assert_eq!(seen(&control), Seen::default());
     }
 
     #[test]
@@ -223,6 +245,45 @@ pub(super) mod tests {
             assert_eq!(
                 (parts.data_length, parts.window_increment),
                 (seen.data_length, seen.window_increment),
+                "cut at {cut}"
+            );
+        }
+    }
+
+    /// A `DATA` frame of `payload` padded with `padding` bytes.
+    fn padded(stream: u32, payload: &[u8], padding: u8) -> Vec<u8> {
+        let mut body = vec![padding];
+        body.extend_from_slice(payload);
+        body.extend(std::iter::repeat_n(0, usize::from(padding)));
+        let mut frame = frame(0, stream, &body);
+        frame[4] = PADDED;
+        frame
+    }
+
+    #[test]
+    fn only_a_data_frames_body_bytes_are_data() {
+        assert!(seen(&padded(1, b"hi", 5)).data);
+        assert!(seen(&frame(0, 1, b"x")).data);
+        let padding_alone = padded(1, b"", 200);
+        let seen_padding = seen(&padding_alone);
+        assert!(!seen_padding.data);
+        assert_eq!(
+            seen_padding.data_length, 201,
+            "padding takes from the window"
+        );
+        // The body bytes of a padded frame, cut between the reads anywhere:
+        // only the reads that carry one of them see data.
+        let frame = padded(1, b"abc", 4);
+        for cut in 0..frame.len() {
+            let mut frames = Frames::default();
+            let (mut before, mut after) = (Seen::default(), Seen::default());
+            frames.follow(&frame[..cut], &mut before);
+            frames.follow(&frame[cut..], &mut after);
+            // The header is 9 bytes, the padding's length 1: the body is
+            // bytes 10, 11 and 12.
+            assert_eq!(
+                (before.data, after.data),
+                (cut > 10, cut < 13),
                 "cut at {cut}"
             );
         }

@@ -16,7 +16,8 @@
 //! by every request.
 //!
 //! On HTTP/2 the reads are followed too, for the request bodies' timer
-//! ([`Activity::bodies`]): whether a `DATA` frame came, on any stream, and
+//! ([`Activity::bodies`]): whether a byte of a body came in a `DATA` frame,
+//! on any stream (empty frames and padding are no part of a body), and
 //! whether the client has room left in the connection's flow-control
 //! window.
 
@@ -48,6 +49,8 @@ struct Counts {
     bodies: AtomicU64,
     /// Whether the last write waited for room the client has not made.
     blocked: AtomicBool,
+    /// Whether the client sent the whole HTTP/2 preface.
+    http2: AtomicBool,
 }
 
 /// How an HTTP/2 connection's request bodies stand ([`Activity::bodies`]):
@@ -92,8 +95,9 @@ impl Activity {
     }
 
     /// How the request bodies of this HTTP/2 connection stand: how often
-    /// they moved (a `DATA` frame came for any stream, or the server made
-    /// room in the connection's window), and whether the client has room to
+    /// they moved (a byte of a body came in a `DATA` frame for any stream,
+    /// or the server made room in the connection's window for a client
+    /// that had none), and whether the client has room to
     /// send in the connection's window, as the frames each way tell it.
     pub(super) fn bodies(&self) -> Bodies {
         Bodies(self.0.bodies.load(Relaxed))
@@ -198,6 +202,11 @@ impl Http2 {
     /// Counts a move of the request bodies, and publishes how they stand.
     fn moved(&mut self, activity: &Activity) {
         self.moves += 1;
+        self.publish(activity);
+    }
+
+    /// Publishes how the request bodies stand.
+    fn publish(&self, activity: &Activity) {
         let bodies = Bodies::new(self.moves, self.window);
         activity.0.bodies.store(bodies.0, Relaxed);
     }
@@ -216,6 +225,7 @@ impl<S> Watched<S> {
                 // Less than 24.
                 Protocol::Sniffing((matched + take) as u8)
             } else {
+                self.activity.0.http2.store(true, Relaxed);
                 Protocol::Http2(Box::new(Http2 {
                     read: Frames::default(),
                     written: Frames::default(),
@@ -228,9 +238,11 @@ impl<S> Watched<S> {
         if let Protocol::Http2(frames) = &mut self.protocol {
             let mut seen = Seen::default();
             frames.read.follow(bytes, &mut seen);
+            frames.window = frames.window.saturating_sub_unsigned(seen.data_length);
             if seen.data {
-                frames.window = frames.window.saturating_sub_unsigned(seen.data_length);
                 frames.moved(&self.activity);
+            } else if seen.data_length > 0 {
+                frames.publish(&self.activity);
             }
         }
     }
@@ -259,8 +271,16 @@ impl<S> Watched<S> {
         }
         self.activity.wrote_frames(written, seen.answer);
         if seen.window_increment > 0 {
+            // Room for a client that had none moves its bodies on; room
+            // added to what it had (the server giving back the window a
+            // frame of padding took, say) changes nothing it can do.
+            let had_none = frames.window <= 0;
             frames.window = frames.window.saturating_add_unsigned(seen.window_increment);
-            frames.moved(&self.activity);
+            if had_none {
+                frames.moved(&self.activity);
+            } else {
+                frames.publish(&self.activity);
+            }
         }
     }
 }
@@ -342,10 +362,13 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
 /// Why a connection's wait ended.
 #[derive(Debug, PartialEq, Eq)]
 pub(super) enum Quiet {
-    /// No request arrived within the period after the connection opened.
+    /// No request arrived within the period after the connection opened,
+    /// and it is no HTTP/2 connection (whose client sent its whole
+    /// preface): one that sent part of a request, or nothing.
     NoRequest,
     /// No request was in flight, none arrived, and nothing was written, for
-    /// a whole period.
+    /// a whole period: an HTTP/2 connection that sent no request at all
+    /// among them, which is told so with a GOAWAY (RFC 9113, 6.8).
     Idle,
     /// An answer waited to be written, the client making no room for any of
     /// it, for two whole periods: a client that stopped reading.
@@ -382,7 +405,7 @@ impl IdleWatch {
         loop {
             tokio::time::sleep(self.period).await;
             let now = self.activity.snapshot();
-            if now.begun == 0 {
+            if now.begun == 0 && !self.activity.0.http2.load(Relaxed) {
                 return Quiet::NoRequest;
             }
             let still = now.still(&self.last);

@@ -200,8 +200,8 @@ struct Ticket {
 }
 
 /// Lets the session of a WebSocket `response` start, when `response` is the
-/// `101` that carries its ticket.
-pub(crate) fn confirm_upgrade(response: &mut HttpResponse) {
+/// `101` that carries its ticket; whether it was.
+pub(crate) fn confirm_upgrade(response: &mut HttpResponse) -> bool {
     if response.status_code() == 101
         && let Some(UpgradeTicket(ticket)) = response.extensions_mut().remove::<UpgradeTicket>()
         && let Some(ticket) = ticket.lock().unwrap_or_else(|e| e.into_inner()).take()
@@ -209,7 +209,9 @@ pub(crate) fn confirm_upgrade(response: &mut HttpResponse) {
         // A session that is gone (its task cancelled) sends the holds back,
         // and they drop here.
         let _ = ticket.start.send(ticket.holds);
+        return true;
     }
+    false
 }
 
 /// What a session runs with.
