@@ -32,8 +32,9 @@
 //! (`ThrottleRequests::shouldHashKeys(false)`), so both applications can
 //! read and spend one budget.
 
+mod common;
+
 use std::error::Error;
-use std::io::IsTerminal;
 
 use suprnova::bootstrap::bootstrap;
 use suprnova::cache::CacheConfig;
@@ -43,13 +44,7 @@ use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleReques
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
+    common::init_logging();
 
     load_dotenv()?;
     // A Laravel application keeps its throttle counters in its Redis cache.

@@ -23,6 +23,8 @@
 //!    limiter's backend is down, the route answers `503` instead of letting
 //!    an unlimited stream of guesses through.
 
+mod common;
+
 use std::error::Error;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -47,6 +49,7 @@ const BODY_CAP: usize = 4096;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
+    common::init_logging_to_stderr();
     load_dotenv()?;
     let env = Env::process().with_default("APP_ENV", "local");
     let summary = bootstrap(&env).await?;

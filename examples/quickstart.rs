@@ -38,8 +38,9 @@
 //! It reads `.env` when there is one; `.env.example` lists every variable.
 //! `RUST_LOG` sets the log level (default `info`).
 
+mod common;
+
 use std::error::Error;
-use std::io::IsTerminal;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -72,7 +73,7 @@ const LOGIN_PER_ACCOUNT: SlidingWindowConfig =
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    init_logging();
+    common::init_logging();
     match run().await {
         Ok(()) => ExitCode::SUCCESS,
         Err(refusal) => {
@@ -82,18 +83,6 @@ async fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
-}
-
-/// Logs to stdout at the level `RUST_LOG` sets, `info` by default.
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colour codes only on a terminal, so that logs piped to a file or
-        // a collector stay plain text.
-        .with_ansi(std::io::stdout().is_terminal())
-        .init();
 }
 
 async fn run() -> Result<(), Box<dyn Error>> {

@@ -33,6 +33,8 @@
 //!    replicas' hits in one fixed window on the cluster, and
 //!    `RateLimiter::available_in` says when it reopens.
 
+mod common;
+
 use std::error::Error;
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,6 +56,7 @@ const WINDOW: SlidingWindowConfig = SlidingWindowConfig::new(100, Duration::from
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
+    common::init_logging_to_stderr();
     let env = cluster_env()?;
     let replicas = boot_replicas(&env).await?;
     sliding_window(&replicas).await?;

@@ -17,6 +17,8 @@
 //! 5. `ip_based` on the same route limits how often sockets are opened (10
 //!    a minute), which the open-socket cap alone does not.
 
+mod common;
+
 use std::error::Error;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
@@ -58,6 +60,7 @@ type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
+    common::init_logging_to_stderr();
     load_dotenv()?;
     let summary = bootstrap(&Env::process().with_default("APP_ENV", "local")).await?;
     println!("booted: {summary}");

@@ -341,17 +341,26 @@ fn no_refusal_or_printed_plan_shows_a_redis_password() {
             ("CACHE_STORE", "redis"),
             ("REDIS_URL", "unix:///run/redis.sock?pass=s3cret&db=x"),
         ]),
-        refusal(&[
-            ("APP_ENV", "local"),
-            ("CACHE_STORE", "redis"),
-            ("REDIS_HOST", "cache.internal/"),
-            ("REDIS_PASSWORD", "s3cret"),
-        ]),
     ];
     for err in &refusals {
         assert!(!err.contains("s3cret") && !err.contains("app:pa"), "{err}");
         assert!(err.contains("***"), "{err}");
     }
+    // A host the URL cannot hold is refused as written, before the
+    // password joins it.
+    let host = refusal(&[
+        ("APP_ENV", "local"),
+        ("CACHE_STORE", "redis"),
+        ("REDIS_HOST", "cache.internal/"),
+        ("REDIS_PASSWORD", "s3cret"),
+    ]);
+    assert!(
+        host.starts_with(
+            "REDIS_HOST=\"cache.internal/\" is invalid: expected a host name or an address"
+        ),
+        "{host}"
+    );
+    assert!(!host.contains("s3cret"), "{host}");
     assert!(
         refusals[2].starts_with("REDIS_URL=\"redis://***@cache.internal:port\" is invalid: "),
         "{}",

@@ -17,7 +17,6 @@ use suprnova::container::App;
 use suprnova::http::TrustedProxies;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{ConnectionsPerIp, RateLimitMiddleware, RateLimiterDriver};
-use suprnova::server::handle_request_with_peer;
 use suprnova::ws::{Message, WebSocket, WebSocketHandler};
 use suprnova::{HttpResponse, Middleware, Next, Request, Response, Router, async_trait, ws};
 use tokio::net::{TcpSocket, TcpStream};
@@ -51,20 +50,6 @@ impl WebSocketHandler for Echo {
                 }
             }
         }
-    }
-}
-
-/// Reads the whole body before the route's handler, as a signature check
-/// does.
-struct ReadsBody;
-
-#[async_trait]
-impl Middleware for ReadsBody {
-    async fn handle(&self, mut request: Request, next: Next) -> Response {
-        if request.bytes().await.is_err() {
-            return Err(HttpResponse::text("400 Bad Request").status(400));
-        }
-        next(request).await
     }
 }
 
@@ -253,41 +238,6 @@ async fn a_body_reading_limiter_in_a_dispatched_router_keeps_the_sockets_place()
             );
         })
         .await;
-}
-
-/// The same on a plain route, in process: a middleware of a dispatched
-/// router that reads the body (a signature check) runs before that
-/// router's handler, so the request's place must stay until the handler
-/// is done with it.
-#[tokio::test]
-async fn a_body_read_by_a_dispatched_routers_middleware_keeps_the_place() {
-    let cap = RateLimitMiddleware::connections_per_ip(1);
-    let (seen, mut counts) = mpsc::unbounded_channel();
-    let probe = cap.clone();
-    let inner = Router::new()
-        .get("/ws", move |request: Request| {
-            let (probe, seen) = (probe.clone(), seen.clone());
-            async move {
-                let _held = request;
-                let _ = seen.send(probe.open_for(ip("203.0.113.9")));
-                HttpResponse::text("done")
-            }
-        })
-        .middleware(cap.clone())
-        .middleware(ReadsBody);
-    let outer = dispatching_to(inner);
-    let request = http::Request::get("/ws")
-        .body(Full::<Bytes>::default())
-        .unwrap();
-    let answer =
-        handle_request_with_peer(&outer, request, "203.0.113.9:4000".parse().unwrap()).await;
-    assert_eq!(answer.status_code(), 200);
-    assert_eq!(
-        counts.recv().await,
-        Some(1),
-        "the handler runs while its request holds its place"
-    );
-    assert_eq!(cap.open_for(ip("203.0.113.9")), 0);
 }
 
 // ---- refused upgrades ----------------------------------------------------------

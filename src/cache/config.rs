@@ -358,6 +358,22 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
         value: host.clone(),
         reason: reason.to_owned(),
     };
+    // A name or an IPv4 address, or an IPv6 one (bracketed above): any
+    // other character would end the host in the URL (`#` begins a
+    // fragment, and the port and database after it were dropped).
+    let plain_name = |host: &str| {
+        !host.is_empty()
+            && host
+                .chars()
+                .all(|c| c.is_alphanumeric() || matches!(c, '-' | '.' | '_'))
+    };
+    let bracketed = host
+        .strip_prefix('[')
+        .and_then(|inner| inner.strip_suffix(']'))
+        .is_some_and(|inner| inner.parse::<std::net::Ipv6Addr>().is_ok());
+    if in_url == host && !bracketed && !plain_name(&host) {
+        return Err(refuse("expected a host name or an address"));
+    }
     let mut url = ::redis::parse_redis_url(&format!("{scheme}://{in_url}:{port}/{database}"))
         .ok_or_else(|| refuse("expected a host name or an address"))?;
     // Written percent-encoded, `%` included (the URL's own setters keep a
