@@ -147,7 +147,17 @@ impl RedisConfig {
                      unix:///run/redis/redis.sock",
                 ));
             }
-            if scheme_of(node).starts_with("rediss") && node.ends_with("#insecure") {
+            let info = node
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| refuse(node, &e.to_string()))?;
+            // Read from the parsed address, however the URL spells it (the
+            // parser drops tabs and newlines: `#insec<TAB>ure` is
+            // `#insecure`).
+            if matches!(
+                info.addr(),
+                ::redis::ConnectionAddr::TcpTls { insecure: true, .. }
+            ) {
                 return Err(refuse(
                     node,
                     "#insecure (TLS without checking the certificate) is not available: \
@@ -155,10 +165,18 @@ impl RedisConfig {
                      certificate they trust",
                 ));
             }
-            let info = node
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| refuse(node, &e.to_string()))?;
+            // The client authenticates only with a password: a username
+            // alone would be dropped unsaid, and every call made as the
+            // default user.
+            let settings = info.redis_settings();
+            if settings.username().is_some() && settings.password().is_none() {
+                return Err(refuse(
+                    node,
+                    "a username needs its password (redis://user:password@host:port, or \
+                     ?user=...&pass=... after a socket's path); without a username the \
+                     calls are made as the default user",
+                ));
+            }
             if let Some(pair) = unread_query_pair(node, is_socket_scheme(scheme)) {
                 return Err(refuse(
                     node,

@@ -2,8 +2,8 @@
 
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Once, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, Mutex, Once, PoisonError, RwLock};
+use std::time::{Duration, Instant};
 
 use ::redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use ::redis::cluster::{ClusterClient, ClusterClientBuilder};
@@ -45,7 +45,10 @@ pub enum RedisBackendError {
 /// replica: a failover behind one DNS name), after a refused password
 /// (redis-rs would keep answering with that refusal), and, on one node,
 /// after a refused connection (so the first call once Redis is back is
-/// decided). A cluster's new
+/// decided) and after a refused setup of a new connection (its `SELECT`
+/// of the URL's database answered `BUSY` while another client's script
+/// ran, or its password in RESP3's `HELLO` refused: redis-rs would answer
+/// every call with that refusal for good), at most every 250 ms. A cluster's new
 /// connection is connected in the background while calls go on using the
 /// old one, and taken once it connects: a timeout may be one hung master's,
 /// whose keys wait while the other masters answer, and a new connection
@@ -77,9 +80,33 @@ struct SingleNode {
     client: ::redis::Client,
     manager_config: ConnectionManagerConfig,
     current: ArcSwap<ConnectionManager>,
+    /// When a connection whose setup Redis refused was last replaced.
+    setup_retried: Mutex<Option<Instant>>,
 }
 
+/// How often a connection whose setup Redis refused is made again: the
+/// calls in between are answered that refusal at once, so that a setup
+/// Redis will go on refusing (a database it does not have) makes a few
+/// connections a second, not one for each call.
+const SETUP_RETRY: Duration = Duration::from_millis(250);
+
 impl SingleNode {
+    /// Puts a new connection in place of `used`, whose setup Redis refused,
+    /// unless one was put in place for that less than [`SETUP_RETRY`] ago.
+    fn replace_refused_setup(&self, used: &Arc<ConnectionManager>) {
+        {
+            let mut retried = self
+                .setup_retried
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if retried.is_some_and(|at| at.elapsed() < SETUP_RETRY) {
+                return;
+            }
+            *retried = Some(Instant::now());
+        }
+        self.replace(used);
+    }
+
     /// Puts a new connection in place of `used`, unless another call
     /// replaced it first.
     fn replace(&self, used: &Arc<ConnectionManager>) {
@@ -224,6 +251,17 @@ impl Used<'_> {
     }
 }
 
+/// Whether `error` is Redis refusing a new connection's own setup: the
+/// `SELECT` of the URL's database (`BUSY` while another client's script
+/// runs, `NOPERM` for a user not let select), or the password that
+/// RESP3's `HELLO` carries (`WRONGPASS`). redis-rs keeps such a
+/// connection's error and answers every call with it: it connects again
+/// only after an I/O error.
+fn setup_refused(error: &::redis::RedisError) -> bool {
+    matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
+        || error.to_string().contains("refused to switch database")
+}
+
 /// Whether `error` says that the connection will not serve again, though
 /// a new one may: the peer answers nothing, it is a replica now, or it
 /// refused the password (which redis-rs would answer every call with).
@@ -273,7 +311,10 @@ impl RedisConnection {
                 // Twice a call's deadline: with a hung node among the seeds,
                 // redis-rs waits on it once to connect and once more to
                 // read the slots, and no call waits on this.
-                connect_within: 2 * (config.connect_timeout + config.response_timeout),
+                connect_within: config
+                    .connect_timeout
+                    .saturating_add(config.response_timeout)
+                    .saturating_mul(2),
             }))
         } else {
             let client = ::redis::Client::open(config.nodes()[0].as_str())?;
@@ -289,6 +330,7 @@ impl RedisConnection {
                 client,
                 manager_config,
                 current: ArcSwap::from_pointee(manager),
+                setup_retried: Mutex::new(None),
             }))
         };
         Ok(Self {
@@ -304,7 +346,9 @@ impl RedisConnection {
 
     /// The longest a call waits before it fails.
     pub fn deadline(&self) -> Duration {
-        self.config.connect_timeout + self.config.response_timeout
+        self.config
+            .connect_timeout
+            .saturating_add(self.config.response_timeout)
     }
 
     /// Sends `PING` (to a random node of a cluster).
@@ -425,6 +469,14 @@ impl RedisConnection {
             // every other master each time.)
             Ok(Err(e)) if e.is_connection_refusal() && matches!(used, Used::Single(..)) => {
                 used.replace();
+                Err(RedisBackendError::from(e))
+            }
+            // (A cluster's client makes its node connections again by
+            // itself.)
+            Ok(Err(e)) if setup_refused(&e) => {
+                if let Used::Single(node, manager) = &used {
+                    node.replace_refused_setup(manager);
+                }
                 Err(RedisBackendError::from(e))
             }
             Ok(Err(e)) if needs_a_new_connection(&e) => {
