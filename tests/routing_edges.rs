@@ -8,36 +8,16 @@ mod throttle_support;
 
 use std::net::SocketAddr;
 
-use bytes::Bytes;
 use http::Method;
-use http_body_util::Full;
 use support::clock_at;
 use support::http::TestServer;
-use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, RateLimiter, Request, Router};
-use throttle_support::{memory_app as app_on, ok_routes};
-
-const GUEST: &str = "203.0.113.5:40000";
-
-fn request(method: Method, uri: &str) -> http::Request<Full<Bytes>> {
-    http::Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(Full::<Bytes>::default())
-        .unwrap()
-}
-
-async fn send(router: &Router, method: Method, uri: &str) -> HttpResponse {
-    handle_request_with_peer(
-        router,
-        request(method, uri),
-        GUEST.parse::<SocketAddr>().unwrap(),
-    )
-    .await
-}
+use throttle_support::{
+    memory_app as app_on, ok_routes, request_without_body as request, send_as_guest,
+};
 
 async fn get(router: &Router, uri: &str) -> HttpResponse {
-    send(router, Method::GET, uri).await
+    send_as_guest(router, Method::GET, uri).await
 }
 
 async fn attempts(key: &str) -> i64 {
@@ -176,17 +156,17 @@ async fn method_not_allowed_lists_every_method_and_head_follows_get() {
             })
     };
     let router = routes();
-    let r = send(&router, Method::PUT, "/x/2").await;
+    let r = send_as_guest(&router, Method::PUT, "/x/2").await;
     assert_eq!(r.status_code(), 405);
     assert_eq!(r.header_str("allow"), Some("POST, GET, HEAD"));
-    let r = send(&router, Method::PUT, "/x/1/").await;
+    let r = send_as_guest(&router, Method::PUT, "/x/1/").await;
     assert_eq!(r.status_code(), 405);
     assert_eq!(r.header_str("allow"), Some("POST, GET, DELETE, HEAD"));
     // HEAD: the own route for /x/1, the GET route for /x/2.
-    let r = send(&router, Method::HEAD, "/x/1").await;
+    let r = send_as_guest(&router, Method::HEAD, "/x/1").await;
     assert_eq!(r.header_str("x-own-head"), Some("yes"));
     // In process as over the wire: the GET's length, no content.
-    let r = send(&router, Method::HEAD, "/x/2").await;
+    let r = send_as_guest(&router, Method::HEAD, "/x/2").await;
     assert_eq!(
         (
             r.status_code(),
@@ -196,10 +176,17 @@ async fn method_not_allowed_lists_every_method_and_head_follows_get() {
         (200, Some("3"), "")
     );
     assert_eq!(
-        send(&router, Method::DELETE, "//x/1/").await.body_text(),
+        send_as_guest(&router, Method::DELETE, "//x/1/")
+            .await
+            .body_text(),
         "delete one"
     );
-    assert_eq!(send(&router, Method::PUT, "/y").await.status_code(), 404);
+    assert_eq!(
+        send_as_guest(&router, Method::PUT, "/y")
+            .await
+            .status_code(),
+        404
+    );
 
     let server = TestServer::start(routes()).await;
     let reply = server
@@ -228,13 +215,13 @@ async fn the_per_path_key_joins_every_spelling_of_one_path() {
                 .middleware_named("throttle:2,1");
             let r = get(&router, "/abc/1?x=1").await;
             assert_eq!(r.status_code(), 200);
-            let r = send(&router, Method::HEAD, "/a%62c/%31/").await;
+            let r = send_as_guest(&router, Method::HEAD, "/a%62c/%31/").await;
             assert_eq!(r.status_code(), 200);
             for spelling in ["/abc/1?x=2", "//%61bc//1", "/ab%63/1", "/abc/%31"] {
                 let r = get(&router, spelling).await;
                 assert_eq!(r.status_code(), 429, "{spelling}");
             }
-            let r = send(&router, Method::HEAD, "/abc/1").await;
+            let r = send_as_guest(&router, Method::HEAD, "/abc/1").await;
             assert_eq!(r.status_code(), 429);
             assert_eq!(attempts("ip:203.0.113.5:path:/abc/1").await, 2);
             // Another value of the parameter is another path.
@@ -313,7 +300,11 @@ async fn a_group_throttle_and_a_route_throttle_count_apart_given_a_prefix() {
                 assert!(group.validate().is_ok());
                 let mut statuses = Vec::new();
                 for _ in 0..6 {
-                    statuses.push(send(&group, Method::POST, "/login").await.status_code());
+                    statuses.push(
+                        send_as_guest(&group, Method::POST, "/login")
+                            .await
+                            .status_code(),
+                    );
                 }
                 assert_eq!(statuses, expected, "{group_throttle}");
             })

@@ -4,7 +4,6 @@
 mod support;
 mod throttle_support;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -21,26 +20,7 @@ use suprnova::server::handle_request_with_peer;
 use suprnova::{
     HttpResponse, Middleware, Next, RateLimiter, Request, Response, Router, async_trait,
 };
-use throttle_support::memory_app;
-
-const GUEST: &str = "203.0.113.5:40000";
-
-fn request(method: Method, uri: &str) -> http::Request<Full<Bytes>> {
-    http::Request::builder()
-        .method(method)
-        .uri(uri)
-        .body(Full::<Bytes>::default())
-        .unwrap()
-}
-
-async fn send(router: &Router, method: Method, uri: &str) -> HttpResponse {
-    handle_request_with_peer(
-        router,
-        request(method, uri),
-        GUEST.parse::<SocketAddr>().unwrap(),
-    )
-    .await
-}
+use throttle_support::{GUEST, memory_app, request_without_body as request, send_as_guest};
 
 fn login() -> Router {
     Router::new().post("/login", |_req: Request| async { "welcome" })
@@ -133,7 +113,7 @@ async fn refused_throttle_arguments_fail_at_registration_with_their_reason() {
             assert_eq!(refused.to_string(), expected);
             let recorded = login().middleware_named(spec);
             assert_eq!(recorded.validate().unwrap_err().to_string(), expected);
-            let answer = send(&recorded, Method::POST, "/login").await;
+            let answer = send_as_guest(&recorded, Method::POST, "/login").await;
             assert_eq!(answer.status_code(), 500, "{spec}");
         }
     })
@@ -148,19 +128,23 @@ async fn a_limiter_name_resolves_per_request_and_a_third_argument_is_a_prefix() 
     let app = memory_app(&clock_at(12, 0, 0));
     app.scope(async {
         let named = login().try_middleware_named("throttle:abc").unwrap();
-        let answer = send(&named, Method::POST, "/login").await;
+        let answer = send_as_guest(&named, Method::POST, "/login").await;
         assert_eq!(answer.status_code(), 503);
         assert_eq!(answer.body_text(), "Rate limiter [abc] is not defined.");
 
         let prefixed = login().try_middleware_named("throttle:2,1,extra").unwrap();
         for _ in 0..2 {
             assert_eq!(
-                send(&prefixed, Method::POST, "/login").await.status_code(),
+                send_as_guest(&prefixed, Method::POST, "/login")
+                    .await
+                    .status_code(),
                 200
             );
         }
         assert_eq!(
-            send(&prefixed, Method::POST, "/login").await.status_code(),
+            send_as_guest(&prefixed, Method::POST, "/login")
+                .await
+                .status_code(),
             429
         );
         assert_eq!(
@@ -217,17 +201,23 @@ async fn middleware_run_in_the_documented_order() {
             .middleware(Tag("c".into()));
         assert!(router.validate().is_ok());
         assert_eq!(
-            send(&router, Method::GET, "/a").await.body_text(),
+            send_as_guest(&router, Method::GET, "/a").await.body_text(),
             "w,a,n,b,c"
         );
-        assert_eq!(send(&router, Method::GET, "/b").await.body_text(), "c");
+        assert_eq!(
+            send_as_guest(&router, Method::GET, "/b").await.body_text(),
+            "c"
+        );
 
         let moved = router.wrap_named("tag:n");
         assert_eq!(
-            send(&moved, Method::GET, "/a").await.body_text(),
+            send_as_guest(&moved, Method::GET, "/a").await.body_text(),
             "n,w,a,b,c"
         );
-        assert_eq!(send(&moved, Method::GET, "/b").await.body_text(), "n,c");
+        assert_eq!(
+            send_as_guest(&moved, Method::GET, "/b").await.body_text(),
+            "n,c"
+        );
         let listed: Vec<Vec<String>> = moved.routes().into_iter().map(|r| r.middleware).collect();
         assert_eq!(
             listed,
@@ -275,7 +265,7 @@ async fn odd_and_long_paths_never_panic() {
             continue;
         };
         let method = [Method::GET, Method::POST, Method::HEAD, Method::DELETE][next(4)].clone();
-        let answer = send(&router, method, &uri.to_string()).await;
+        let answer = send_as_guest(&router, method, &uri.to_string()).await;
         assert!(
             [200, 404, 405].contains(&answer.status_code()),
             "{path}: {}",
@@ -283,9 +273,19 @@ async fn odd_and_long_paths_never_panic() {
         );
     }
     let long = format!("/files/{}", "a".repeat(60_000));
-    assert_eq!(send(&router, Method::GET, &long).await.status_code(), 200);
+    assert_eq!(
+        send_as_guest(&router, Method::GET, &long)
+            .await
+            .status_code(),
+        200
+    );
     let deep = "/x".repeat(30_000);
-    assert_eq!(send(&router, Method::GET, &deep).await.status_code(), 404);
+    assert_eq!(
+        send_as_guest(&router, Method::GET, &deep)
+            .await
+            .status_code(),
+        404
+    );
 
     let server = TestServer::start(routes()).await;
     let reply = server.get(&"/y".repeat(4_000)).await;
@@ -533,15 +533,22 @@ async fn a_panicking_handler_is_a_500_that_its_throttle_counts() {
             )
             .try_middleware_named("throttle:2,1")
             .unwrap();
-        let first = send(&router, Method::GET, "/boom").await;
+        let first = send_as_guest(&router, Method::GET, "/boom").await;
         assert_eq!(first.status_code(), 500);
         assert_eq!(first.header_str("x-ratelimit-remaining"), Some("1"));
-        let second = send(&router, Method::GET, "/boom").await;
+        let second = send_as_guest(&router, Method::GET, "/boom").await;
         assert_eq!(second.status_code(), 500);
         assert_eq!(second.header_str("x-ratelimit-remaining"), Some("0"));
-        assert_eq!(send(&router, Method::GET, "/boom").await.status_code(), 429);
         assert_eq!(
-            send(&router, Method::GET, "/early").await.status_code(),
+            send_as_guest(&router, Method::GET, "/boom")
+                .await
+                .status_code(),
+            429
+        );
+        assert_eq!(
+            send_as_guest(&router, Method::GET, "/early")
+                .await
+                .status_code(),
             500
         );
     })
@@ -705,7 +712,7 @@ async fn route_path_is_one_for_each_path_the_router_reads() {
         if path.parse::<http::Uri>().is_err() {
             continue;
         }
-        let answer = send(&router, Method::GET, &path).await;
+        let answer = send_as_guest(&router, Method::GET, &path).await;
         if answer.status_code() != 200 {
             continue;
         }
@@ -788,17 +795,8 @@ fn capped_reading_router(
     gate: &support::held::Gate,
     cap: &suprnova::rate_limit::ConnectionsPerIp,
 ) -> Router {
-    let gate = gate.clone();
     Router::new()
-        .post("/x", move |req: Request| {
-            let gate = gate.clone();
-            async move {
-                let _held = req;
-                let _ = gate.entered.send(());
-                let _permit = gate.release.acquire().await.unwrap();
-                HttpResponse::text("done")
-            }
-        })
+        .post("/x", gate.handler())
         .middleware(cap.clone())
         .middleware(ReadsBody)
 }

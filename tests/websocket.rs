@@ -12,34 +12,11 @@ use suprnova::rate_limit::{ConnectionsPerIp, RateLimitMiddleware};
 use suprnova::server::handle_request_with_peer;
 use suprnova::ws::{CLOSE_TIMEOUT, Message, WebSocket, WebSocketHandler};
 use suprnova::{HttpResponse, Middleware, Next, Request, Response, Router, async_trait, ws};
-use tokio::net::{TcpSocket, TcpStream};
-use tokio_tungstenite::WebSocketStream;
+use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Error as WsError;
 
 use support::http::TestServer;
-
-type Client = WebSocketStream<TcpStream>;
-
-/// Sends every text message back, prefixed with the client's address.
-struct Echo;
-
-#[async_trait]
-impl WebSocketHandler for Echo {
-    async fn on_socket(&self, mut socket: WebSocket) {
-        let who = socket
-            .client_ip()
-            .map(|ip| ip.to_string())
-            .unwrap_or_default();
-        while let Some(Ok(message)) = socket.recv().await {
-            if let Message::Text(text) = message {
-                let reply = format!("{who} {}", text.as_str());
-                if socket.send(reply).await.is_err() {
-                    break;
-                }
-            }
-        }
-    }
-}
+use support::ws::{Client, Echo, close, connect_with, next_text, refusal};
 
 /// Greets and returns at once, leaving the close to the session.
 struct GreetAndLeave;
@@ -91,56 +68,7 @@ impl Middleware for RefuseAll {
 
 /// Opens a WebSocket to `path` from the local address `from`.
 async fn connect(server: SocketAddr, from: &str, path: &str) -> Result<Client, WsError> {
-    let socket = TcpSocket::new_v4().unwrap();
-    socket.bind(format!("{from}:0").parse().unwrap()).unwrap();
-    let stream = socket.connect(server).await.unwrap();
-    let url = format!("ws://{server}{path}");
-    tokio::time::timeout(
-        Duration::from_secs(5),
-        tokio_tungstenite::client_async(url, stream),
-    )
-    .await
-    .expect("the handshake did not finish in time")
-    .map(|(client, _response)| client)
-}
-
-/// The HTTP answer a refused handshake got: status, body, headers.
-fn refusal(result: Result<Client, WsError>) -> (u16, String, http::HeaderMap) {
-    match result {
-        Err(WsError::Http(response)) => {
-            let status = response.status().as_u16();
-            let headers = response.headers().clone();
-            let body = response
-                .into_body()
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default();
-            (status, body, headers)
-        }
-        Err(other) => panic!("expected an HTTP refusal, got {other}"),
-        Ok(_) => panic!("expected an HTTP refusal, the socket opened"),
-    }
-}
-
-async fn next_text(client: &mut Client) -> String {
-    let message = tokio::time::timeout(Duration::from_secs(5), client.next())
-        .await
-        .expect("no message in time")
-        .expect("the socket ended")
-        .expect("the socket failed");
-    match message {
-        Message::Text(text) => text.as_str().to_owned(),
-        other => panic!("expected text, got {other:?}"),
-    }
-}
-
-/// Closes from the client side and reads until the server's close answer.
-async fn close(mut client: Client) {
-    client.close(None).await.unwrap();
-    tokio::time::timeout(Duration::from_secs(5), async {
-        while let Some(Ok(_)) = client.next().await {}
-    })
-    .await
-    .expect("the server did not answer the close in time");
+    connect_with(server, from, path, &[]).await
 }
 
 /// Waits (bounded) until the cap counts `want` for `addr`: the session's

@@ -17,41 +17,16 @@ use suprnova::container::App;
 use suprnova::http::TrustedProxies;
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{ConnectionsPerIp, RateLimitMiddleware, RateLimiterDriver};
-use suprnova::ws::{Message, WebSocket, WebSocketHandler};
+use suprnova::ws::Message;
 use suprnova::{HttpResponse, Middleware, Next, Request, Response, Router, async_trait, ws};
-use tokio::net::{TcpSocket, TcpStream};
 use tokio::sync::mpsc;
-use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Error as WsError;
-use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 
 use support::http::TestServer;
 use support::within;
-
-type Client = WebSocketStream<TcpStream>;
+use support::ws::{Client, Echo, close, connect_with, next_text, refusal};
 
 // ---- handlers and middleware ----------------------------------------------------
-
-/// Sends every text message back, prefixed with the socket's client address.
-struct Echo;
-
-#[async_trait]
-impl WebSocketHandler for Echo {
-    async fn on_socket(&self, mut socket: WebSocket) {
-        let who = socket
-            .client_ip()
-            .map(|ip| ip.to_string())
-            .unwrap_or_default();
-        while let Some(Ok(message)) = socket.recv().await {
-            if let Message::Text(text) = message {
-                let reply = format!("{who} {}", text.as_str());
-                if socket.send(reply).await.is_err() {
-                    break;
-                }
-            }
-        }
-    }
-}
 
 /// Replaces whatever the rest of the chain answered with a 403.
 struct ReplaceWith403;
@@ -83,40 +58,6 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-/// Opens `path` from the local address `from`, with `headers` on the
-/// handshake.
-async fn connect_with(
-    server: SocketAddr,
-    from: &str,
-    path: &str,
-    headers: &[(&'static str, &str)],
-) -> Result<Client, WsError> {
-    let socket = if server.is_ipv4() {
-        TcpSocket::new_v4().unwrap()
-    } else {
-        TcpSocket::new_v6().unwrap()
-    };
-    socket
-        .bind(SocketAddr::new(from.parse().unwrap(), 0))
-        .unwrap();
-    let stream = socket.connect(server).await.unwrap();
-    let mut request = format!("ws://{server}{path}")
-        .into_client_request()
-        .unwrap();
-    for (name, value) in headers {
-        request
-            .headers_mut()
-            .insert(*name, http::HeaderValue::from_str(value).unwrap());
-    }
-    within(
-        "the handshake",
-        Duration::from_secs(5),
-        tokio_tungstenite::client_async(request, stream),
-    )
-    .await
-    .map(|(client, _response)| client)
-}
-
 /// Opens `/ws` from `from`, forwarding for `client`.
 async fn forwarded(server: SocketAddr, from: &str, client: &str) -> Result<Client, WsError> {
     connect_with(server, from, "/ws", &[("x-forwarded-for", client)]).await
@@ -126,43 +67,10 @@ async fn connect(server: SocketAddr, path: &str) -> Result<Client, WsError> {
     connect_with(server, "127.0.0.1", path, &[]).await
 }
 
-/// The status and body of a refused handshake.
-fn refusal(result: Result<Client, WsError>) -> (u16, String, http::HeaderMap) {
-    match result {
-        Err(WsError::Http(response)) => {
-            let status = response.status().as_u16();
-            let headers = response.headers().clone();
-            let body = response
-                .into_body()
-                .map(|b| String::from_utf8_lossy(&b).into_owned())
-                .unwrap_or_default();
-            (status, body, headers)
-        }
-        Err(other) => panic!("expected an HTTP refusal, got {other}"),
-        Ok(_) => panic!("expected an HTTP refusal, the socket opened"),
-    }
-}
-
 /// Sends `text` and returns the echo.
 async fn echo(client: &mut Client, text: &str) -> String {
     client.send(Message::text(text)).await.unwrap();
-    let message = within("the echo", Duration::from_secs(5), client.next())
-        .await
-        .expect("the socket ended")
-        .expect("the socket failed");
-    match message {
-        Message::Text(text) => text.as_str().to_owned(),
-        other => panic!("expected text, got {other:?}"),
-    }
-}
-
-/// Closes from the client side and reads until the server's answer.
-async fn close(mut client: Client) {
-    client.close(None).await.unwrap();
-    within("the close handshake", Duration::from_secs(5), async {
-        while let Some(Ok(_)) = client.next().await {}
-    })
-    .await;
+    next_text(client).await
 }
 
 /// An app whose rate limiter is the memory driver on a fake clock.

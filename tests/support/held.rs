@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::BoxFuture;
 use suprnova::rate_limit::ConnectionsPerIp;
 use suprnova::{HttpResponse, Request, Router};
 use tokio::sync::{Semaphore, mpsc};
@@ -30,19 +31,24 @@ impl Gate {
     }
 
     pub fn router(&self, path: &str, cap: &ConnectionsPerIp) -> Router {
-        let gate = self.clone();
         Router::new()
-            .get(path, move |req: Request| {
-                let gate = gate.clone();
-                async move {
-                    // Keep the request (and so its place) until released.
-                    let _held = req;
-                    let _ = gate.entered.send(());
-                    let _permit = gate.release.acquire().await.unwrap();
-                    HttpResponse::text("done")
-                }
-            })
+            .get(path, self.handler())
             .middleware(cap.clone())
+    }
+
+    /// The held handler: it reports its start, keeps its request (and so
+    /// what the request holds) until released, then answers `done`.
+    pub fn handler(&self) -> impl Fn(Request) -> BoxFuture<'static, HttpResponse> + use<> {
+        let gate = self.clone();
+        move |req: Request| {
+            let gate = gate.clone();
+            Box::pin(async move {
+                let _held = req;
+                let _ = gate.entered.send(());
+                let _permit = gate.release.acquire().await.unwrap();
+                HttpResponse::text("done")
+            })
+        }
     }
 
     pub fn release(&self, n: usize) {

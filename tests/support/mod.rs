@@ -4,11 +4,13 @@
 
 pub mod boot;
 pub mod examples;
+pub mod h2;
 pub mod held;
 pub mod http;
 pub mod load;
 pub mod proxy;
 pub mod redis;
+pub mod ws;
 
 use chrono::{TimeZone, Utc};
 use suprnova::clock::FakeClock;

@@ -91,15 +91,24 @@ impl Middleware for SignIn {
 /// The client address of the in-process requests sent as a guest.
 pub const GUEST: &str = "203.0.113.5:40000";
 
-/// Sends `method uri` with no body through `router`, in process, from
-/// [`GUEST`].
-pub async fn send_as_guest(router: &Router, method: http::Method, uri: &str) -> HttpResponse {
-    let request = http::Request::builder()
+/// A `method uri` request with no body.
+pub fn request_without_body(method: http::Method, uri: &str) -> http::Request<Full<Bytes>> {
+    http::Request::builder()
         .method(method)
         .uri(uri)
         .body(Full::<Bytes>::default())
-        .unwrap();
-    handle_request_with_peer(router, request, GUEST.parse().unwrap()).await
+        .unwrap()
+}
+
+/// Sends `method uri` with no body through `router`, in process, from
+/// [`GUEST`].
+pub async fn send_as_guest(router: &Router, method: http::Method, uri: &str) -> HttpResponse {
+    handle_request_with_peer(
+        router,
+        request_without_body(method, uri),
+        GUEST.parse().unwrap(),
+    )
+    .await
 }
 
 /// `GET uri` through `router`, in process, from [`GUEST`].
