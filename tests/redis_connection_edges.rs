@@ -708,8 +708,9 @@ impl Drop for LoadingNode {
 
 // The limiter's ACL user is deleted while it runs (Redis closes its
 // connections, and refuses its password from then on): FailClosed answers
-// 503 in time and never admits; once the user is back, the next request is
-// decided on the bucket's hits, none added while it was refused.
+// 503 in time and never admits; once the user is back, the first request
+// after the refusal's 250 ms hold is decided on the bucket's hits, none
+// added while it was refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_acl_user_gets_503_and_the_recreated_one_is_decided() {
     let server = RedisServer::start();
@@ -741,6 +742,7 @@ async fn a_deleted_acl_user_gets_503_and_the_recreated_one_is_decided() {
         within_deadline(took, &format!("request {i} with the user deleted"));
     }
     assert!(server.command(create).starts_with("+OK"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let (reply, took) = timed(&http, "/a").await;
     assert_admitted(&reply, 10, 6, "the first request once the user is back");
     within_deadline(took, "the first request once the user is back");

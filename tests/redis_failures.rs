@@ -194,6 +194,8 @@ async fn a_refused_password_is_tried_again_once_redis_takes_it() {
 
     let rotated = server.command("ACL SETUSER app >new-secret");
     assert!(rotated.starts_with("+OK"), "{rotated}");
+    // The refusal is answered for 250 ms after it came, then tried again.
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let (errors, decided) = until_decided(&limiter, Duration::from_secs(10)).await;
     assert_eq!(decided, Some(true), "{errors:?}");
     assert!(errors.is_empty(), "{errors:?}");

@@ -336,8 +336,9 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
     let host = env
         .text("REDIS_HOST")?
         .unwrap_or_else(|| "127.0.0.1".to_owned());
+    let credentials = credentials(env)?;
     if host.starts_with('/') {
-        return socket_url_from_parts(env, &host, database);
+        return Ok(socket_url_from_parts(&host, database, credentials));
     }
     let port = env
         .number_in("REDIS_PORT", 1..=u64::from(u16::MAX), "a port")?
@@ -346,6 +347,19 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
         Some(bare) => ("rediss", bare.to_owned()),
         None => ("redis", host),
     };
+    let refuse = |host: &str, reason: &str| ConfigError::Invalid {
+        variable: "REDIS_HOST".to_owned(),
+        value: host.to_owned(),
+        reason: reason.to_owned(),
+    };
+    // A name outside ASCII in the form DNS looks up (`bücher.example` is
+    // `xn--bcher-kva.example`): a `redis://` URL would percent-encode it.
+    let host = if host.is_ascii() {
+        host
+    } else {
+        idna::domain_to_ascii(&host)
+            .map_err(|_| refuse(&host, "expected a host name or an address"))?
+    };
     // An IPv6 address as phpredis takes it (`::1`): in a URL it is written
     // in brackets.
     let in_url = if host.parse::<std::net::Ipv6Addr>().is_ok() {
@@ -353,19 +367,15 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
     } else {
         host.clone()
     };
-    let refuse = |reason: &str| ConfigError::Invalid {
-        variable: "REDIS_HOST".to_owned(),
-        value: host.clone(),
-        reason: reason.to_owned(),
-    };
+    let refuse = |reason: &str| refuse(&host, reason);
     // A name or an IPv4 address, or an IPv6 one (bracketed above): any
     // other character would end the host in the URL (`#` begins a
     // fragment, and the port and database after it were dropped).
     let plain_name = |host: &str| {
         !host.is_empty()
             && host
-                .chars()
-                .all(|c| c.is_alphanumeric() || matches!(c, '-' | '.' | '_'))
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
     };
     let bracketed = host
         .strip_prefix('[')
@@ -379,15 +389,36 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
     // Written percent-encoded, `%` included (the URL's own setters keep a
     // `%`, which the Redis client then decodes: `p%41ss` reached Redis as
     // `pAss`), so that Redis is sent the credentials as written.
-    if let Some(user) = env.laravel_secret("REDIS_USERNAME")? {
+    let (user, password) = credentials;
+    if let Some(user) = user {
         url.set_username(&userinfo(&user))
             .map_err(|()| refuse("REDIS_USERNAME cannot be set on this host"))?;
     }
-    if let Some(password) = env.laravel_secret("REDIS_PASSWORD")? {
+    if let Some(password) = password {
         url.set_password(Some(&userinfo(&password)))
             .map_err(|()| refuse("REDIS_PASSWORD cannot be set on this host"))?;
     }
     Ok(url.to_string())
+}
+
+/// `REDIS_USERNAME` and `REDIS_PASSWORD`. A username without a password is
+/// refused: the client authenticates only with a password, and would make
+/// every call as the default user (Laravel drops such a username unsaid).
+#[cfg(feature = "redis")]
+fn credentials(env: &Env) -> Result<(Option<String>, Option<String>), ConfigError> {
+    let user = env.laravel_secret("REDIS_USERNAME")?;
+    let password = env.laravel_secret("REDIS_PASSWORD")?;
+    if user.is_some() && password.is_none() {
+        return Err(ConfigError::Invalid {
+            variable: "REDIS_USERNAME".to_owned(),
+            value: "***".to_owned(),
+            reason: "a username needs REDIS_PASSWORD too (Redis takes a username only with \
+                     its password); set REDIS_PASSWORD, or unset REDIS_USERNAME to be the \
+                     default user"
+                .to_owned(),
+        });
+    }
+    Ok((user, password))
 }
 
 /// `text` as a URL's user information writes it: every byte but ASCII
@@ -405,20 +436,24 @@ fn userinfo(text: &str) -> String {
 /// there, with the database and the credentials in the query. The port is
 /// not read.
 #[cfg(feature = "redis")]
-fn socket_url_from_parts(env: &Env, path: &str, database: u64) -> Result<String, ConfigError> {
+fn socket_url_from_parts(
+    path: &str,
+    database: u64,
+    (user, password): (Option<String>, Option<String>),
+) -> String {
     let mut url = ::redis::parse_redis_url("unix:///").expect("a socket URL parses");
     url.set_path(path);
     {
         let mut query = url.query_pairs_mut();
         query.append_pair("db", &database.to_string());
-        if let Some(user) = env.laravel_secret("REDIS_USERNAME")? {
+        if let Some(user) = user {
             query.append_pair("user", &user);
         }
-        if let Some(password) = env.laravel_secret("REDIS_PASSWORD")? {
+        if let Some(password) = password {
             query.append_pair("pass", &password);
         }
     }
-    Ok(url.to_string())
+    url.to_string()
 }
 
 #[cfg(test)]

@@ -177,6 +177,15 @@ impl RedisConfig {
                      calls are made as the default user",
                 ));
             }
+            // A `#` ends the host, and what follows it is dropped: the
+            // port and the database of `redis://cache.internal#x:6380/2`.
+            if ::redis::parse_redis_url(node).is_some_and(|url| url.fragment().is_some()) {
+                return Err(refuse(
+                    node,
+                    "a # ends the address there, and the port and database after it are \
+                     dropped; write a # in a password as %23",
+                ));
+            }
             if let Some(pair) = unread_query_pair(node, is_socket_scheme(scheme)) {
                 return Err(refuse(
                     node,

@@ -45,10 +45,11 @@ pub enum RedisBackendError {
 /// replica: a failover behind one DNS name), after a refused password
 /// (redis-rs would keep answering with that refusal), and, on one node,
 /// after a refused connection (so the first call once Redis is back is
-/// decided) and after a refused setup of a new connection (its `SELECT`
-/// of the URL's database answered `BUSY` while another client's script
-/// ran, or its password in RESP3's `HELLO` refused: redis-rs would answer
-/// every call with that refusal for good), at most every 250 ms. A cluster's new
+/// decided) and after a refused setup of a new connection (its password,
+/// or its `SELECT` of the URL's database answered `BUSY` while another
+/// client's script ran: redis-rs would answer every call with that
+/// refusal for good), tried again every 250 ms while the calls in between
+/// are answered the refusal at once. A cluster's new
 /// connection is connected in the background while calls go on using the
 /// old one, and taken once it connects: a timeout may be one hung master's,
 /// whose keys wait while the other masters answer, and a new connection
@@ -80,31 +81,54 @@ struct SingleNode {
     client: ::redis::Client,
     manager_config: ConnectionManagerConfig,
     current: ArcSwap<ConnectionManager>,
-    /// When a connection whose setup Redis refused was last replaced.
-    setup_retried: Mutex<Option<Instant>>,
+    /// The last refusal of a new connection's setup, and when it came (or
+    /// when a new connection was last tried after it).
+    refusal: Mutex<Option<(Instant, ::redis::RedisError)>>,
+    /// Whether `refusal` holds one: read by every call, which takes the
+    /// lock only then.
+    refusing: AtomicBool,
 }
 
-/// How often a connection whose setup Redis refused is made again: the
+/// How often a connection whose setup Redis refused is tried again: the
 /// calls in between are answered that refusal at once, so that a setup
-/// Redis will go on refusing (a database it does not have) makes a few
-/// connections a second, not one for each call.
+/// Redis goes on refusing (a database it does not have, a password it no
+/// longer takes) costs one call's wait and a few connections every 250 ms,
+/// not each call's.
 const SETUP_RETRY: Duration = Duration::from_millis(250);
 
 impl SingleNode {
-    /// Puts a new connection in place of `used`, whose setup Redis refused,
-    /// unless one was put in place for that less than [`SETUP_RETRY`] ago.
-    fn replace_refused_setup(&self, used: &Arc<ConnectionManager>) {
-        {
-            let mut retried = self
-                .setup_retried
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if retried.is_some_and(|at| at.elapsed() < SETUP_RETRY) {
-                return;
-            }
-            *retried = Some(Instant::now());
+    /// The refusal to answer a call with while it is in force. Once
+    /// [`SETUP_RETRY`] has passed, the call that finds it over makes a new
+    /// connection and runs on it, while the calls beside it are still
+    /// answered the refusal, until that connection serves or is refused.
+    fn refusal_in_force(&self) -> Option<::redis::RedisError> {
+        if !self.refusing.load(Ordering::Acquire) {
+            return None;
         }
-        self.replace(used);
+        let mut refusal = self.refusal.lock().unwrap_or_else(PoisonError::into_inner);
+        let (at, error) = refusal.as_mut()?;
+        if at.elapsed() < SETUP_RETRY {
+            return Some(error.clone());
+        }
+        *at = Instant::now();
+        drop(refusal);
+        self.replace(&self.current.load_full());
+        None
+    }
+
+    /// Notes that Redis refused the setup of a new connection with `error`.
+    fn refused(&self, error: &::redis::RedisError) {
+        let mut refusal = self.refusal.lock().unwrap_or_else(PoisonError::into_inner);
+        *refusal = Some((Instant::now(), error.clone()));
+        self.refusing.store(true, Ordering::Release);
+    }
+
+    /// Notes that a connection served: a refusal is over.
+    fn served(&self) {
+        if self.refusing.load(Ordering::Acquire) {
+            *self.refusal.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            self.refusing.store(false, Ordering::Release);
+        }
     }
 
     /// Puts a new connection in place of `used`, unless another call
@@ -252,14 +276,20 @@ impl Used<'_> {
 }
 
 /// Whether `error` is Redis refusing a new connection's own setup: the
+/// password (`AUTH` over RESP2, `HELLO` over RESP3: `WRONGPASS`), or the
 /// `SELECT` of the URL's database (`BUSY` while another client's script
-/// runs, `NOPERM` for a user not let select), or the password that
-/// RESP3's `HELLO` carries (`WRONGPASS`). redis-rs keeps such a
+/// runs, `NOPERM` for a user not let select). redis-rs keeps such a
 /// connection's error and answers every call with it: it connects again
 /// only after an I/O error.
 fn setup_refused(error: &::redis::RedisError) -> bool {
-    matches!(error.code(), Some("WRONGPASS" | "NOAUTH"))
-        || error.to_string().contains("refused to switch database")
+    match error.kind() {
+        ErrorKind::AuthenticationFailed => true,
+        // How redis-rs words a refused `SELECT`, whatever Redis answered.
+        ErrorKind::Server(ServerErrorKind::ResponseError) => {
+            error.to_string().contains("refused to switch database")
+        }
+        _ => matches!(error.code(), Some("WRONGPASS" | "NOAUTH")),
+    }
 }
 
 /// Whether `error` says that the connection will not serve again, though
@@ -330,7 +360,8 @@ impl RedisConnection {
                 client,
                 manager_config,
                 current: ArcSwap::from_pointee(manager),
-                setup_retried: Mutex::new(None),
+                refusal: Mutex::new(None),
+                refusing: AtomicBool::new(false),
             }))
         };
         Ok(Self {
@@ -425,6 +456,11 @@ impl RedisConnection {
         Fut: Future<Output = RedisResult<T>>,
     {
         let deadline = self.deadline();
+        if let Inner::Single(node) = &self.inner
+            && let Some(refusal) = node.refusal_in_force()
+        {
+            return Err(RedisBackendError::from(refusal));
+        }
         let used = self.in_use();
         let attempts = async {
             let mut redirected = 0_u32;
@@ -460,7 +496,12 @@ impl RedisConnection {
             }
         };
         match tokio::time::timeout(deadline, attempts).await {
-            Ok(Ok(answer)) => Ok(answer),
+            Ok(Ok(answer)) => {
+                if let Used::Single(node, _) = &used {
+                    node.served();
+                }
+                Ok(answer)
+            }
             // One node's connection that was refused: redis-rs keeps its
             // last failed reconnect's refusal and answers the next call
             // with it, though Redis may be back. (A cluster's client
@@ -473,9 +514,9 @@ impl RedisConnection {
             }
             // (A cluster's client makes its node connections again by
             // itself.)
-            Ok(Err(e)) if setup_refused(&e) => {
-                if let Used::Single(node, manager) = &used {
-                    node.replace_refused_setup(manager);
+            Ok(Err(e)) if setup_refused(&e) && matches!(used, Used::Single(..)) => {
+                if let Used::Single(node, _) = &used {
+                    node.refused(&e);
                 }
                 Err(RedisBackendError::from(e))
             }
