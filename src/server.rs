@@ -284,7 +284,6 @@ impl Server {
                     let service = service_fn(move |req: http::Request<Incoming>| {
                         let busy = activity.begin();
                         let head = req.method() == http::Method::HEAD;
-                        let http2 = req.version() == http::Version::HTTP_2;
                         if let Some(fault) = target_fault(req.method(), req.uri())
                             .or_else(|| host_fault(req.version(), req.headers()))
                         {
@@ -315,8 +314,7 @@ impl Server {
                         let answer =
                             catching_panics(|| Router::dispatch_handled(router, request));
                         Either::Right(async move {
-                            let answer = final_answer(answer.await, http2);
-                            let answer = answer.into_http_answering(head);
+                            let answer = answer.await.into_http_answering(head);
                             drop(busy);
                             Ok::<_, Infallible>(answer)
                         })
@@ -416,21 +414,13 @@ where
     B::Error: Into<BoxError>,
 {
     let head = request.method() == http::Method::HEAD;
-    let http2 = request.version() == http::Version::HTTP_2;
     let request = prepare(request, peer);
     let answer = catching_panics(|| router.dispatch_outermost(request));
-    if !head && !http2 {
-        // The answer as it is: nothing to leave out or to replace.
+    if !head {
+        // The answer as it is: nothing to leave out.
         return Either::Left(answer);
     }
-    Either::Right(answer.map(move |answer| {
-        let answer = final_answer(answer, http2);
-        if head {
-            answer.without_content()
-        } else {
-            answer
-        }
-    }))
+    Either::Right(answer.map(HttpResponse::without_content))
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies
@@ -452,22 +442,6 @@ where
         request = request.with_peer(peer);
     }
     request
-}
-
-/// A handler's answer as the final one. Over HTTP/2 a `1xx` cannot be one
-/// (RFC 9113, 8.1: an interim HEADERS frame that ends its stream is
-/// malformed, and the client gets no answer): it gets `500`, as hyper
-/// answers a handler's `100` or `103` over HTTP/1 (where a `101` is a
-/// WebSocket route's upgrade: the router answers any other with `500`).
-fn final_answer(answer: HttpResponse, http2: bool) -> HttpResponse {
-    if http2 && answer.status_code_typed().is_informational() {
-        tracing::error!(
-            status = answer.status_code(),
-            "a handler answered an HTTP/2 request with a 1xx status; answering 500"
-        );
-        return HttpResponse::text("500 Internal Server Error").status(500);
-    }
-    answer
 }
 
 /// What the future `dispatch` makes answers, or 500 when a handler or

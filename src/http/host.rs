@@ -9,7 +9,8 @@ use http::{HeaderMap, Method, Uri, Version};
 /// `login`, read as one) is for `CONNECT` alone (RFC 9112, section 3.2.3),
 /// and names no path a route could match; served, it reached the `/` route.
 /// The asterisk form (`*`) is for a server-wide `OPTIONS` alone (section
-/// 3.2.4); served, `GET *` reached a route such as `/{name}`.
+/// 3.2.4); served, `GET *` reached a route such as `/{name}`. And the
+/// authority form is the only one `CONNECT` takes.
 pub(crate) fn target_fault(method: &Method, uri: &Uri) -> Option<&'static str> {
     // An authority with userinfo (`http://user:secret@host/`, or an HTTP/2
     // `:authority` of that form) is refused as it is in a `Host`: RFC
@@ -21,6 +22,10 @@ pub(crate) fn target_fault(method: &Method, uri: &Uri) -> Option<&'static str> {
         return Some("the request target must not carry userinfo\n");
     }
     let path = uri.path();
+    if method == Method::CONNECT && (path.starts_with('/') || uri.scheme().is_some()) {
+        // RFC 9110, 9.3.6: a tunnel's target is a host and a port alone.
+        return Some("the target of CONNECT must be a host and a port\n");
+    }
     if path.starts_with('/') {
         // Origin form, or an absolute URI (whose empty path reads `/`).
         return None;

@@ -535,14 +535,20 @@ async fn response_of(
         Ok(chain) => {
             let mut answer = chain.await.unwrap_or_else(|short_circuit| short_circuit);
             // The outermost router's answer is the one that goes out: a
-            // WebSocket's 101 among them, whose session may start now. A
-            // 101 that is no WebSocket route's switches to no protocol
-            // (RFC 9110, 15.2.2): the client would be left with a
-            // connection nobody speaks on.
-            if outermost && answer.status_code() == 101 && !crate::ws::confirm_upgrade(&mut answer)
+            // WebSocket's 101 among them, whose session may start now. Any
+            // other 1xx cannot be a final answer: a 101 that is no
+            // WebSocket route's switches to no protocol (RFC 9110,
+            // 15.2.2), and over HTTP/2 an interim HEADERS frame that ends
+            // its stream is malformed (RFC 9113, 8.1), while hyper answers
+            // a 100 or a 103 over HTTP/1 with a 500 of its own and drops
+            // the connection, and the requests pipelined on it.
+            if outermost
+                && answer.status_code_typed().is_informational()
+                && !crate::ws::confirm_upgrade(&mut answer)
             {
                 tracing::error!(
-                    "a handler answered 101 without a WebSocket upgrade; answering 500"
+                    status = answer.status_code(),
+                    "a handler answered with a 1xx status that is no WebSocket upgrade; answering 500"
                 );
                 return HttpResponse::text("500 Internal Server Error").status(500);
             }
