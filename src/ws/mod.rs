@@ -52,15 +52,18 @@
 //! upgrade drops the request, and its holds, at once.
 //!
 //! When the peer closes, [`WebSocket::recv`] answers its close frame and
-//! returns `None`.
+//! returns `None`; pings are answered in it too, so a handler that pushes
+//! messages of its own reads beside them (a `tokio::select!` over `recv`
+//! and what it pushes).
 //!
 //! When the server shuts down, every open socket is told: its next
 //! [`WebSocket::recv`] (or the one it is waiting in) sends the peer a close
 //! frame with code 1001, going away, and returns `None`, so a handler that
 //! reads its socket ends; [`WebSocket::send`] goes on for [`CLOSE_TIMEOUT`]
 //! after the shutdown began and then fails, so a handler that only writes
-//! ends too. Each close ([`WebSocket::close`], the answer to a peer's close,
-//! the 1001 and the session's own) waits at most [`CLOSE_TIMEOUT`] for the
+//! ends too, and its socket is closed with 1001 as well. Each close
+//! ([`WebSocket::close`], the answer to a peer's close, the 1001 and the
+//! session's own) waits at most [`CLOSE_TIMEOUT`] for the
 //! peer, shutdown or not. A handshake that reaches the route once the
 //! shutdown has begun (one a slow middleware held, say) gets `503` and no
 //! upgrade. The server waits for the sessions, within its
@@ -69,9 +72,11 @@
 //! A socket reads messages of up to [`MAX_MESSAGE_SIZE`], 1 MiB
 //! ([`route_with_max_message_size`] sets another): a larger one ends the
 //! read with an error and closes the socket with code 1009, a frame that
-//! breaks the protocol with 1002. A socket sends messages of up to
-//! [`MAX_SEND_SIZE`], 16 MiB, and what the server writes to a peer that does
-//! not read waits in a buffer of at most that and 128 KiB. A handshake over
+//! breaks the protocol with 1002; a frame is at most 16 MiB whatever the
+//! limit (a larger message comes in several frames). A socket sends
+//! messages of up to [`MAX_SEND_SIZE`], 16 MiB (a larger one fails to
+//! send), and what the server writes to a peer that does not read waits in
+//! a buffer of at most that and 128 KiB. A handshake over
 //! HTTP/1.0 gets `400`.
 //!
 //! Upgrades need a connection: serve the router with

@@ -40,6 +40,13 @@ pub const MAX_SEND_SIZE: usize = 16 << 20;
 /// The largest control frame (ping, pong, close) there is: RFC 6455, 5.5.
 const MAX_CONTROL_FRAME: usize = 125;
 
+/// The largest frame a socket reads, whatever its message limit: the
+/// reader sets aside a frame's whole announced length when its header
+/// comes, so a larger limit would let a 14-byte header make the server
+/// hold (or fail to allocate, and abort) that much. A larger message comes
+/// in several frames.
+const MAX_FRAME_SIZE: usize = 16 << 20;
+
 /// What a socket gathers before it writes to the connection.
 const WRITE_BUFFER_SIZE: usize = 128 * 1024;
 
@@ -51,9 +58,10 @@ pub fn route<H: WebSocketHandler>(path: &str, handler: H) -> Router {
 
 /// [`route`], whose sockets read messages of up to `bytes` rather than
 /// [`MAX_MESSAGE_SIZE`]. A frame is refused as soon as its header says it
-/// is larger than `bytes`, or than a control frame's 125 bytes when
-/// `bytes` is smaller: a route that reads small messages (or none, with
-/// 0) still answers pings and takes the peer's close.
+/// is larger than `bytes` (or than 16 MiB, whatever `bytes` is: a larger
+/// message comes in several frames), or than a control frame's 125 bytes
+/// when `bytes` is smaller: a route that reads small messages (or none,
+/// with 0) still answers pings and takes the peer's close.
 ///
 /// ```
 /// use suprnova::ws::{WebSocket, WebSocketHandler, route_with_max_message_size};
@@ -84,7 +92,7 @@ pub fn route_with_max_message_size<H: WebSocketHandler>(
         // A frame as large as the message, or a control frame's 125 bytes
         // (a ping, or the peer's close), whichever is larger: a route that
         // reads small messages still answers pings and takes a close.
-        .max_frame_size(Some(bytes.max(MAX_CONTROL_FRAME)));
+        .max_frame_size(Some(bytes.clamp(MAX_CONTROL_FRAME, MAX_FRAME_SIZE)));
     Router::new().get(path, move |request: Request| {
         upgrade(handler.clone(), request, config)
     })
@@ -267,7 +275,8 @@ async fn run_session<H: WebSocketHandler>(
     // The socket comes back when it is dropped, which may be later than the
     // handler's return if the handler moved it into a task of its own.
     if let Ok(stream) = given_back.await {
-        finish_close(stream, panicked).await;
+        let away = session.shutdown.as_ref().is_some_and(|flag| *flag.borrow());
+        finish_close(stream, panicked, away).await;
     }
     // Held until here: the holds and the server's flag end with the session.
     drop(holds);
@@ -277,13 +286,23 @@ async fn run_session<H: WebSocketHandler>(
 /// Completes the close handshake: sends our close frame (or flushes the
 /// answer to the peer's), then reads until the peer's close arrives or the
 /// connection ends, for at most [`CLOSE_TIMEOUT`]. The frame has no code
-/// after a handler that returned, and 1011 (internal error, RFC 6455 7.4.1)
-/// after one that panicked.
-async fn finish_close(mut stream: Stream, panicked: bool) {
-    let frame = panicked.then(|| CloseFrame {
-        code: CloseCode::Error,
-        reason: "internal error".into(),
-    });
+/// after a handler that returned, 1011 (internal error, RFC 6455 7.4.1)
+/// after one that panicked, and 1001 (going away) after one that returned
+/// while the server shuts down.
+async fn finish_close(mut stream: Stream, panicked: bool, away: bool) {
+    let frame = if panicked {
+        Some(CloseFrame {
+            code: CloseCode::Error,
+            reason: "internal error".into(),
+        })
+    } else if away {
+        Some(CloseFrame {
+            code: CloseCode::Away,
+            reason: "the server is shutting down".into(),
+        })
+    } else {
+        None
+    };
     let closing = async {
         // After the peer's close this fails (tungstenite sends nothing after
         // a close frame), and the read below flushes the queued answer.

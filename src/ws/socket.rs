@@ -9,6 +9,7 @@ use hyper_util::rt::TokioIo;
 use tokio::sync::{oneshot, watch};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Error as TungsteniteError;
+use tokio_tungstenite::tungstenite::error::{CapacityError, ProtocolError};
 use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
@@ -24,8 +25,12 @@ pub(super) type Stream = WebSocketStream<TokioIo<Upgraded>>;
 
 /// An open WebSocket, owned by a [`WebSocketHandler`](super::WebSocketHandler).
 ///
-/// Pings are answered for you. When the socket is dropped, the session
-/// completes the close handshake for it, so a handler may simply return.
+/// Pings, and the peer's close, are answered for you while the handler
+/// reads ([`WebSocket::recv`]): a handler that pushes messages of its own
+/// reads beside them (a `tokio::select!` over `recv` and what it pushes),
+/// or its peer's pings and close wait for its next read. When the socket
+/// is dropped, the session completes the close handshake for it, so a
+/// handler may simply return.
 pub struct WebSocket {
     stream: Option<Stream>,
     // The server's shutdown flag; `true` closes the socket at the next
@@ -33,6 +38,9 @@ pub struct WebSocket {
     shutdown: Option<watch::Receiver<bool>>,
     // Once the flag is seen by a send: when sends stop going through.
     sends_end_at: Option<tokio::time::Instant>,
+    // Once `close` sent the close frame: when reads stop waiting for the
+    // peer's answer.
+    reads_end_at: Option<tokio::time::Instant>,
     // Hands the stream back to the session when the socket drops, so the
     // close handshake can be completed after the handler is done with it.
     give_back: Option<oneshot::Sender<Stream>>,
@@ -52,6 +60,7 @@ impl WebSocket {
             stream: Some(stream),
             shutdown,
             sends_end_at: None,
+            reads_end_at: None,
             give_back: Some(give_back),
             client_ip,
             path,
@@ -63,8 +72,21 @@ impl WebSocket {
     /// within [`CLOSE_TIMEOUT`](super::CLOSE_TIMEOUT)), the connection is
     /// gone, or the server is shutting down (the peer is then sent a close
     /// frame with code 1001, going away). Ping and pong frames are returned
-    /// too.
+    /// too. After [`WebSocket::close`], reads return the peer's last
+    /// messages and then `None`, within
+    /// [`CLOSE_TIMEOUT`](super::CLOSE_TIMEOUT) of the close frame, whether
+    /// the peer answers it or not.
     pub async fn recv(&mut self) -> Option<Result<Message, WebSocketError>> {
+        match self.reads_end_at {
+            Some(end) => tokio::time::timeout_at(end, self.read())
+                .await
+                .unwrap_or(None),
+            None => self.read().await,
+        }
+    }
+
+    /// [`WebSocket::recv`] with no bound of its own.
+    async fn read(&mut self) -> Option<Result<Message, WebSocketError>> {
         let stream = self.stream.as_mut()?;
         let next = match self.shutdown.as_mut() {
             Some(shutdown) => tokio::select! {
@@ -118,12 +140,21 @@ impl WebSocket {
     /// every later one, fails with
     /// [`ConnectionClosed`](WebSocketError::ConnectionClosed), so that a
     /// handler that only writes ends too, whether its peer reads or not.
+    ///
+    /// A text or binary message over
+    /// [`MAX_SEND_SIZE`](super::MAX_SEND_SIZE) fails with a
+    /// [`Capacity`](WebSocketError::Capacity) error, and a ping or a pong
+    /// over 125 bytes, or a close reason over 123, with a
+    /// [`Protocol`](WebSocketError::Protocol) error (RFC 6455, 5.5):
+    /// nothing is sent.
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), WebSocketError> {
         let Some(stream) = self.stream.as_mut() else {
             return Err(WebSocketError::AlreadyClosed);
         };
+        let message = message.into();
+        check_sendable(&message)?;
         let Some(shutdown) = self.shutdown.as_mut() else {
-            return stream.send(message.into()).await;
+            return stream.send(message).await;
         };
         let sends_end_at = &mut self.sends_end_at;
         if sends_end_at.is_none() && *shutdown.borrow() {
@@ -133,7 +164,7 @@ impl WebSocket {
             // A timeout would still run a send that is ready.
             return Err(WebSocketError::ConnectionClosed);
         }
-        let mut sending = std::pin::pin!(stream.send(message.into()));
+        let mut sending = std::pin::pin!(stream.send(message));
         if sends_end_at.is_none() {
             tokio::select! {
                 // The send first: one that is ready goes through, whatever
@@ -164,6 +195,8 @@ impl WebSocket {
         let Some(stream) = self.stream.as_mut() else {
             return Err(WebSocketError::AlreadyClosed);
         };
+        self.reads_end_at
+            .get_or_insert_with(|| tokio::time::Instant::now() + super::CLOSE_TIMEOUT);
         tokio::time::timeout(super::CLOSE_TIMEOUT, stream.close(None))
             .await
             .unwrap_or_else(|_| {
@@ -183,6 +216,30 @@ impl WebSocket {
     /// The path the socket was opened on.
     pub fn path(&self) -> &str {
         &self.path
+    }
+}
+
+/// Whether `message` may go out: a data message of at most
+/// [`MAX_SEND_SIZE`](super::MAX_SEND_SIZE), a control frame of at most 125
+/// bytes.
+fn check_sendable(message: &Message) -> Result<(), WebSocketError> {
+    let too_long = |size: usize| {
+        Err(WebSocketError::Capacity(CapacityError::MessageTooLong {
+            size,
+            max_size: super::MAX_SEND_SIZE,
+        }))
+    };
+    match message {
+        Message::Text(text) if text.len() > super::MAX_SEND_SIZE => too_long(text.len()),
+        Message::Binary(bytes) if bytes.len() > super::MAX_SEND_SIZE => too_long(bytes.len()),
+        Message::Ping(payload) | Message::Pong(payload) if payload.len() > 125 => {
+            Err(WebSocketError::Protocol(ProtocolError::ControlFrameTooBig))
+        }
+        // The code's two bytes and the reason.
+        Message::Close(Some(frame)) if frame.reason.len() > 123 => {
+            Err(WebSocketError::Protocol(ProtocolError::ControlFrameTooBig))
+        }
+        _ => Ok(()),
     }
 }
 
