@@ -8,7 +8,7 @@ mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use suprnova::clock::FakeClock;
@@ -21,185 +21,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use support::clock_at;
+use support::h1::*;
 use support::http::{TestServer, TimedServer};
-
-/// How long any one answer, or the close of a connection, may take.
-const WAIT: Duration = Duration::from_secs(5);
 
 const MINUTE: Duration = Duration::from_secs(60);
 
 // ---------------------------------------------------------------------------
-// A client that writes its own bytes and reads answers as they come.
-
-/// One answer read off the wire.
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn all(&self, name: &str) -> Vec<&str> {
-        self.headers
-            .iter()
-            .filter(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-            .collect()
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-impl Conn {
-    async fn open(addr: SocketAddr) -> Self {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        Self {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    /// Writes `bytes`; an error (the server closed) is returned, not a panic.
-    async fn send(&mut self, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
-        self.stream.write_all(bytes.as_ref()).await
-    }
-
-    /// Reads what comes next: `Some(true)` when bytes came, `Some(false)` at
-    /// the end of the connection (or a reset), `None` when `wait` passed.
-    async fn more(&mut self, wait: Duration) -> Option<bool> {
-        let mut chunk = vec![0; 64 * 1024];
-        match tokio::time::timeout(wait, self.stream.read(&mut chunk)).await {
-            Err(_) => None,
-            Ok(Ok(0)) | Ok(Err(_)) => Some(false),
-            Ok(Ok(n)) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                Some(true)
-            }
-        }
-    }
-
-    /// The next answer, its body read by its `Content-Length` (none for an
-    /// answer to `HEAD`, a 1xx, a 204 or a 304); `None` when the server
-    /// closes the connection before a byte of it. Panics when nothing comes
-    /// within [`WAIT`] or the connection ends inside an answer.
-    async fn answer(&mut self, to_head: bool) -> Option<Answer> {
-        let end = loop {
-            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
-                break end;
-            }
-            match self.more(WAIT).await {
-                None => panic!(
-                    "no answer within {WAIT:?}; got {:?}",
-                    String::from_utf8_lossy(&self.buf)
-                ),
-                Some(false) if self.buf.is_empty() => return None,
-                Some(false) => panic!(
-                    "the connection ended inside an answer: {:?}",
-                    String::from_utf8_lossy(&self.buf)
-                ),
-                Some(true) => {}
-            }
-        };
-        let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
-        self.buf.drain(..end + 4);
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap();
-        let status: u16 = status_line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("a status line: {status_line:?}"));
-        let headers: Vec<(String, String)> = lines
-            .map(|line| {
-                let (name, value) = line.split_once(':').expect("a header line");
-                (name.trim().to_owned(), value.trim().to_owned())
-            })
-            .collect();
-        let mut answer = Answer {
-            status,
-            headers,
-            body: Vec::new(),
-        };
-        assert_eq!(
-            answer.header("transfer-encoding"),
-            None,
-            "the server's answers carry a length"
-        );
-        let bodiless = to_head || status < 200 || status == 204 || status == 304;
-        if !bodiless {
-            let length: usize = answer
-                .header("content-length")
-                .map(|v| v.parse().unwrap())
-                .unwrap_or_else(|| panic!("a Content-Length on {answer:?}"));
-            while self.buf.len() < length {
-                match self.more(WAIT).await {
-                    Some(true) => {}
-                    other => panic!(
-                        "the body of {answer:?} cut short ({other:?}): {:?}",
-                        String::from_utf8_lossy(&self.buf)
-                    ),
-                }
-            }
-            answer.body = self.buf.drain(..length).collect();
-        }
-        Some(answer)
-    }
-
-    /// Whether the server ends the connection within [`WAIT`] with nothing
-    /// more sent.
-    async fn closed(&mut self) -> bool {
-        if !self.buf.is_empty() {
-            return false;
-        }
-        matches!(self.more(WAIT).await, Some(false)) && self.buf.is_empty()
-    }
-
-    /// Whether the connection is still open, and silent, after `wait`.
-    async fn open_after(&mut self, wait: Duration) -> bool {
-        self.more(wait).await.is_none() && self.buf.is_empty()
-    }
-}
-
-/// Sends `bytes` on a new connection and reads one answer.
-async fn one_answer(addr: SocketAddr, bytes: impl AsRef<[u8]>) -> (Conn, Option<Answer>) {
-    let mut conn = Conn::open(addr).await;
-    conn.send(bytes).await.unwrap();
-    let answer = conn.answer(false).await;
-    (conn, answer)
-}
-
-// ---------------------------------------------------------------------------
 // The routes.
-
-/// Counts the requests its route serves.
-#[derive(Clone, Default)]
-struct Served(Arc<AtomicUsize>);
-
-impl Served {
-    fn count(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-}
 
 /// `GET /` "hi", `/a` "alpha", `/b` "bravo", `/empty` an empty 200,
 /// `/no-content` a 204 given a body, `/slow` "slow" after 800 ms,
@@ -235,17 +63,6 @@ fn routes(smuggled: &Served) -> Router {
             }
         })
 }
-
-async fn echo(mut req: Request) -> HttpResponse {
-    match req.body_bytes(16).await {
-        Ok(body) => HttpResponse::bytes(body),
-        Err(error) => error.to_response(),
-    }
-}
-
-/// A request that, read as the next request on its connection, reaches
-/// `/smuggled`.
-const SMUGGLED: &str = "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
 
 /// `text` padded with `x` to `length` bytes.
 fn padded(text: &str, length: usize) -> String {
@@ -1186,4 +1003,12 @@ async fn an_ipv6_peer_on_loopback_is_its_address_and_its_bucket() {
         ]
     );
     server.stop().await;
+}
+
+/// `POST /echo`: its body, read with a cap of 16 bytes.
+async fn echo(mut req: Request) -> HttpResponse {
+    match req.body_bytes(16).await {
+        Ok(body) => HttpResponse::bytes(body),
+        Err(error) => error.to_response(),
+    }
 }

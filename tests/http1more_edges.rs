@@ -8,189 +8,19 @@
 mod support;
 mod throttle_support;
 
-use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use suprnova::clock::Clock;
 use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, RateLimiter, Request, Router};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 use support::clock_at;
+use support::h1::*;
 use support::http::{TestServer, TimedServer};
 use throttle_support::memory_app;
 
-/// How long any one answer, or the close of a connection, may take.
-const WAIT: Duration = Duration::from_secs(5);
-
 // ---------------------------------------------------------------------------
 // A client that writes its own bytes and reads answers as they come.
-
-#[derive(Debug)]
-struct Answer {
-    status: u16,
-    head: String,
-    headers: Vec<(String, String)>,
-    body: Vec<u8>,
-}
-
-impl Answer {
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n.eq_ignore_ascii_case(name))
-            .map(|(_, v)| v.as_str())
-    }
-
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-}
-
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
-}
-
-struct Conn {
-    stream: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Conn {
-    async fn open(addr: SocketAddr) -> Self {
-        let stream = TcpStream::connect(addr).await.unwrap();
-        stream.set_nodelay(true).unwrap();
-        Self {
-            stream,
-            buf: Vec::new(),
-        }
-    }
-
-    async fn send(&mut self, bytes: impl AsRef<[u8]>) -> std::io::Result<()> {
-        self.stream.write_all(bytes.as_ref()).await
-    }
-
-    /// `Some(true)` when bytes came, `Some(false)` at the end of the
-    /// connection (or a reset), `None` when `wait` passed.
-    async fn more(&mut self, wait: Duration) -> Option<bool> {
-        let mut chunk = vec![0; 64 * 1024];
-        match tokio::time::timeout(wait, self.stream.read(&mut chunk)).await {
-            Err(_) => None,
-            Ok(Ok(0)) | Ok(Err(_)) => Some(false),
-            Ok(Ok(n)) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                Some(true)
-            }
-        }
-    }
-
-    /// The next answer, its body read by its `Content-Length` (none for a
-    /// `HEAD`'s, a 1xx, 204 or 304, or an answer with no length, which
-    /// runs to the close); `None` when the connection ends before a byte
-    /// of it.
-    async fn answer(&mut self, to_head: bool) -> Option<Answer> {
-        let end = loop {
-            if let Some(end) = find(&self.buf, b"\r\n\r\n") {
-                break end;
-            }
-            match self.more(WAIT).await {
-                None => panic!(
-                    "no answer within {WAIT:?}; got {:?}",
-                    String::from_utf8_lossy(&self.buf)
-                ),
-                Some(false) if self.buf.is_empty() => return None,
-                Some(false) => panic!(
-                    "the connection ended inside an answer: {:?}",
-                    String::from_utf8_lossy(&self.buf)
-                ),
-                Some(true) => {}
-            }
-        };
-        let head = String::from_utf8_lossy(&self.buf[..end]).into_owned();
-        self.buf.drain(..end + 4);
-        let mut lines = head.split("\r\n");
-        let status_line = lines.next().unwrap();
-        let status: u16 = status_line
-            .split(' ')
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .unwrap_or_else(|| panic!("a status line: {status_line:?}"));
-        let headers = lines
-            .map(|line| {
-                let (name, value) = line.split_once(':').expect("a header line");
-                (name.trim().to_owned(), value.trim().to_owned())
-            })
-            .collect();
-        let mut answer = Answer {
-            status,
-            head: head.clone(),
-            headers,
-            body: Vec::new(),
-        };
-        let bodiless = to_head || status < 200 || status == 204 || status == 304;
-        if !bodiless {
-            if let Some(length) = answer.header("content-length") {
-                let length: usize = length.parse().unwrap();
-                while self.buf.len() < length {
-                    assert_eq!(self.more(WAIT).await, Some(true), "{answer:?} cut short");
-                }
-                answer.body = self.buf.drain(..length).collect();
-            } else {
-                while self.more(WAIT).await == Some(true) {}
-                answer.body = std::mem::take(&mut self.buf);
-            }
-        }
-        Some(answer)
-    }
-
-    /// Whether the server ends the connection within [`WAIT`], nothing
-    /// more sent.
-    async fn closed(&mut self) -> bool {
-        self.buf.is_empty() && matches!(self.more(WAIT).await, Some(false)) && self.buf.is_empty()
-    }
-
-    /// Whether the connection is still open, and silent, after `wait`.
-    async fn open_after(&mut self, wait: Duration) -> bool {
-        self.more(wait).await.is_none() && self.buf.is_empty()
-    }
-}
-
-/// Counts the requests a route serves.
-#[derive(Clone, Default)]
-struct Served(Arc<AtomicUsize>);
-
-impl Served {
-    fn count(&self) -> usize {
-        self.0.load(Ordering::SeqCst)
-    }
-
-    /// A handler answering `text`, counted here.
-    fn route(
-        &self,
-        text: &'static str,
-    ) -> impl Fn(Request) -> std::future::Ready<HttpResponse> + Clone + Send + Sync + 'static {
-        let count = self.0.clone();
-        move |_req: Request| {
-            count.fetch_add(1, Ordering::SeqCst);
-            std::future::ready(HttpResponse::text(text))
-        }
-    }
-}
-
-/// A request that, read as the next request on its connection, reaches
-/// `/smuggled`.
-const SMUGGLED: &str = "GET /smuggled HTTP/1.1\r\nHost: a\r\n\r\n";
-
-/// `POST /echo`: its body, read with a cap of 64 bytes.
-async fn echo(mut req: Request) -> HttpResponse {
-    match req.body_bytes(64).await {
-        Ok(body) => HttpResponse::bytes(body),
-        Err(error) => error.to_response(),
-    }
-}
 
 // ---------------------------------------------------------------------------
 // What the limiters count.
@@ -854,4 +684,12 @@ async fn connect_with_a_path_for_its_target_gets_400() {
         assert_eq!(answer.status, 400, "{target}: {answer:?}");
     }
     server.stop().await;
+}
+
+/// `POST /echo`: its body, read with a cap of 64 bytes.
+async fn echo(mut req: Request) -> HttpResponse {
+    match req.body_bytes(64).await {
+        Ok(body) => HttpResponse::bytes(body),
+        Err(error) => error.to_response(),
+    }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use suprnova::rate_limit::memory::InMemoryRateLimiter;
-use suprnova::rate_limit::{ConnectionsPerIp, RateLimitMiddleware, RateLimiterDriver};
+use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
 use suprnova::ws::{CLOSE_TIMEOUT, MAX_MESSAGE_SIZE, Message, WebSocket, WebSocketHandler};
 use suprnova::{RateLimiter, ThrottleRequestsMiddleware, async_trait, ws};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -23,17 +23,7 @@ use tokio_tungstenite::tungstenite::Error as WsError;
 
 use support::http::TestServer;
 use support::within;
-
-/// The nonce of RFC 6455, section 1.3, and the accept value it gives.
-const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
-const ACCEPT: &str = "s3pPLMBiTxaQ9kYGzzhZRbK+xOo=";
-
-const TEXT: u8 = 0x1;
-const BINARY: u8 = 0x2;
-const CONTINUATION: u8 = 0x0;
-const CLOSE: u8 = 0x8;
-const PING: u8 = 0x9;
-const PONG: u8 = 0xA;
+use support::ws_frames::*;
 
 // ---- handlers -----------------------------------------------------------------
 
@@ -178,83 +168,6 @@ async fn body(stream: &mut TcpStream, head: &str) -> String {
     String::from_utf8(body).unwrap()
 }
 
-/// A raw socket on `/ws`, its handshake answered 101.
-async fn open(server: SocketAddr) -> TcpStream {
-    let (stream, head) = send_head(
-        server,
-        head("GET", "HTTP/1.1", &handshake_lines()).as_bytes(),
-    )
-    .await;
-    assert_eq!(status(&head), 101, "{head}");
-    stream
-}
-
-/// A frame as a client writes it: masked with a fixed key.
-fn masked(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
-    frame(fin, opcode, payload, Some([0x37, 0xfa, 0x21, 0x3d]))
-}
-
-/// A frame; masked with `mask` when there is one.
-fn frame(fin: bool, opcode: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
-    let mut out = vec![u8::from(fin) << 7 | opcode];
-    let bit = if mask.is_some() { 0x80 } else { 0 };
-    out.extend(length_bytes(bit, payload.len() as u64));
-    match mask {
-        Some(key) => {
-            out.extend_from_slice(&key);
-            out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-        }
-        None => out.extend_from_slice(payload),
-    }
-    out
-}
-
-/// The length bytes of a frame header, with the mask bit `bit`.
-fn length_bytes(bit: u8, len: u64) -> Vec<u8> {
-    if len < 126 {
-        vec![bit | len as u8]
-    } else if len <= 0xffff {
-        let mut out = vec![bit | 126];
-        out.extend_from_slice(&(len as u16).to_be_bytes());
-        out
-    } else {
-        let mut out = vec![bit | 127];
-        out.extend_from_slice(&len.to_be_bytes());
-        out
-    }
-}
-
-/// One frame from the server: fin, opcode, payload; `None` at the end of
-/// the connection.
-async fn read_frame(stream: &mut TcpStream) -> Option<(bool, u8, Vec<u8>)> {
-    within("a frame from the server", Duration::from_secs(10), async {
-        let mut two = [0_u8; 2];
-        match stream.read(&mut two[..1]).await {
-            Ok(0) | Err(_) => return None,
-            Ok(_) => {}
-        }
-        stream.read_exact(&mut two[1..]).await.ok()?;
-        assert_eq!(two[1] & 0x80, 0, "a server frame must not be masked");
-        let len = match two[1] & 0x7f {
-            126 => {
-                let mut b = [0_u8; 2];
-                stream.read_exact(&mut b).await.ok()?;
-                u64::from(u16::from_be_bytes(b))
-            }
-            127 => {
-                let mut b = [0_u8; 8];
-                stream.read_exact(&mut b).await.ok()?;
-                u64::from_be_bytes(b)
-            }
-            n => u64::from(n),
-        };
-        let mut payload = vec![0_u8; len as usize];
-        stream.read_exact(&mut payload).await.ok()?;
-        Some((two[0] & 0x80 != 0, two[0] & 0x0f, payload))
-    })
-    .await
-}
-
 /// The code of the server's next frame, which must be a close.
 async fn close_code(stream: &mut TcpStream) -> Option<u16> {
     let (_, opcode, payload) = read_frame(stream).await.expect("no close frame");
@@ -276,20 +189,6 @@ async fn end_of(stream: &mut TcpStream, limit: Duration) -> Duration {
     })
     .await;
     started.elapsed()
-}
-
-async fn next_report(reports: &mut mpsc::UnboundedReceiver<String>) -> String {
-    within(
-        "the handler's report",
-        Duration::from_secs(10),
-        reports.recv(),
-    )
-    .await
-    .expect("the handler is gone")
-}
-
-async fn wait_open(cap: &ConnectionsPerIp, want: usize) {
-    support::held::open_becomes(cap, "127.0.0.1".parse().unwrap(), want).await;
 }
 
 type Client = WebSocketStream<TcpStream>;

@@ -9,10 +9,10 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use suprnova::rate_limit::{ConnectionsPerIp, RateLimitMiddleware};
+use suprnova::rate_limit::RateLimitMiddleware;
 use suprnova::ws::{CLOSE_TIMEOUT, MAX_SEND_SIZE, Message, WebSocket, WebSocketHandler};
 use suprnova::{async_trait, ws};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
@@ -21,13 +21,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use support::http::TestServer;
 use support::within;
-
-const KEY: &str = "dGhlIHNhbXBsZSBub25jZQ==";
-
-const TEXT: u8 = 0x1;
-const CLOSE: u8 = 0x8;
-const PING: u8 = 0x9;
-const PONG: u8 = 0xA;
+use support::ws_frames::*;
 
 // ---- handlers -----------------------------------------------------------------
 
@@ -149,66 +143,6 @@ fn describe<E: std::fmt::Display>(read: Option<Result<Message, E>>) -> String {
 
 // ---- a raw client -----------------------------------------------------------
 
-/// A raw socket on `/ws`, its handshake answered 101.
-async fn open(server: SocketAddr) -> TcpStream {
-    let mut stream = TcpStream::connect(server).await.unwrap();
-    let request = format!(
-        "GET /ws HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-         Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: {KEY}\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut byte = [0_u8; 1];
-    within("the 101", Duration::from_secs(5), async {
-        while !head.ends_with(b"\r\n\r\n") {
-            assert_eq!(stream.read(&mut byte).await.unwrap(), 1);
-            head.push(byte[0]);
-        }
-    })
-    .await;
-    let head = String::from_utf8(head).unwrap();
-    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
-    stream
-}
-
-/// A frame as a client writes it, masked.
-fn masked(fin: bool, opcode: u8, payload: &[u8]) -> Vec<u8> {
-    let key = [0x37, 0xfa, 0x21, 0x3d];
-    let mut out = vec![(u8::from(fin) << 7) | opcode];
-    assert!(payload.len() < 126);
-    out.push(0x80 | payload.len() as u8);
-    out.extend_from_slice(&key);
-    out.extend(payload.iter().enumerate().map(|(i, b)| b ^ key[i % 4]));
-    out
-}
-
-/// One frame from the server (fin, opcode, payload); `None` at the end of
-/// the connection.
-async fn read_frame(stream: &mut TcpStream) -> Option<(bool, u8, Vec<u8>)> {
-    let mut two = [0_u8; 2];
-    match stream.read(&mut two[..1]).await {
-        Ok(0) | Err(_) => return None,
-        Ok(_) => {}
-    }
-    stream.read_exact(&mut two[1..]).await.ok()?;
-    let len = match two[1] & 0x7f {
-        126 => {
-            let mut b = [0_u8; 2];
-            stream.read_exact(&mut b).await.ok()?;
-            u64::from(u16::from_be_bytes(b))
-        }
-        127 => {
-            let mut b = [0_u8; 8];
-            stream.read_exact(&mut b).await.ok()?;
-            u64::from_be_bytes(b)
-        }
-        n => u64::from(n),
-    };
-    let mut payload = vec![0_u8; len as usize];
-    stream.read_exact(&mut payload).await.ok()?;
-    Some((two[0] & 0x80 != 0, two[0] & 0x0f, payload))
-}
-
 /// The code of the server's next close frame, skipping other frames.
 async fn close_code(stream: &mut TcpStream) -> Option<u16> {
     within("a close frame", Duration::from_secs(10), async {
@@ -220,16 +154,6 @@ async fn close_code(stream: &mut TcpStream) -> Option<u16> {
         }
     })
     .await
-}
-
-async fn next_report(reports: &mut mpsc::UnboundedReceiver<String>) -> String {
-    within("a report", Duration::from_secs(10), reports.recv())
-        .await
-        .expect("the handler is gone")
-}
-
-async fn wait_open(cap: &ConnectionsPerIp, want: usize) {
-    support::held::open_becomes(cap, "127.0.0.1".parse().unwrap(), want).await;
 }
 
 type Client = WebSocketStream<TcpStream>;

@@ -4,6 +4,7 @@
 
 pub mod boot;
 pub mod examples;
+pub mod h1;
 pub mod h2;
 pub mod held;
 pub mod http;
@@ -11,6 +12,7 @@ pub mod load;
 pub mod proxy;
 pub mod redis;
 pub mod ws;
+pub mod ws_frames;
 
 use chrono::{TimeZone, Utc};
 use suprnova::clock::FakeClock;
