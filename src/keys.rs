@@ -162,19 +162,31 @@ pub fn route_path(path: &str) -> std::borrow::Cow<'_, str> {
     std::borrow::Cow::Owned(out)
 }
 
+/// What a part of a key written by [`push_clean_proof`] is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum KeyPart {
+    /// A value of the client's (a user id) that more of the key follows:
+    /// its `%` and its `:` are encoded too, so that it cannot write the
+    /// key's own separators (an id `7:path:/login` would name user 7's
+    /// bucket of `/login`).
+    Id,
+    /// The key's last part, a path as [`route_path`] writes it, whose `%`
+    /// stands only in escapes of its own.
+    Path,
+}
+
 /// Pushes `part` onto `key` so that no two parts read the same once the
 /// key is cleaned ([`clean_rate_limiter_key`](crate::limiter::clean_rate_limiter_key)
 /// makes `a&b` and `aab` one, and `café` and `cafe`): the five characters
 /// `htmlentities` encodes and every byte outside ASCII are percent-encoded
-/// (`&` is `%26`, `é` is `%C3%A9`), and so is `%`, unless `part` writes
-/// it only in escapes of its own, as [`route_path`] does. Every other
-/// character is kept: ids and paths of ASCII letters, digits and
-/// punctuation read as written.
-pub(crate) fn push_clean_proof(key: &mut String, part: &str, percent_is_escaped: bool) {
+/// (`&` is `%26`, `é` is `%C3%A9`), and so are an id's `%` and `:`
+/// ([`KeyPart`]). Every other character is kept: ids and paths of ASCII
+/// letters, digits and punctuation read as written.
+pub(crate) fn push_clean_proof(key: &mut String, part: &str, what: KeyPart) {
     let kept = |b: u8| {
         b.is_ascii()
             && !matches!(b, b'&' | b'<' | b'>' | b'"' | b'\'')
-            && (percent_is_escaped || b != b'%')
+            && (what == KeyPart::Path || !matches!(b, b'%' | b':'))
     };
     if part.bytes().all(kept) {
         key.push_str(part);

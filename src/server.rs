@@ -287,9 +287,7 @@ impl Server {
                         if let Some(fault) = target_fault(req.method(), req.uri())
                             .or_else(|| host_fault(req.version(), req.headers()))
                         {
-                            let refused = HttpResponse::text(fault)
-                                .status(400)
-                                .into_http_answering(head);
+                            let refused = bad_request(fault).into_http_answering(head);
                             return Either::Left(std::future::ready(Ok(refused)));
                         }
                         // Prepared and matched when hyper hands the request
@@ -371,13 +369,21 @@ where
     dispatch(router, request, None).await
 }
 
+/// The `400` the server answers to a request it will not route.
+fn bad_request(fault: &'static str) -> HttpResponse {
+    HttpResponse::text(fault).status(400)
+}
+
 /// Runs `request` through `router` in process as if it came from `peer`.
 /// Use it in your own accept loop, and in tests.
 ///
 /// The answer is the one the server sends: to a `HEAD`, no content, with
-/// the `Content-Length` of the content a `GET` would have had; to an
-/// HTTP/2 request, `500` for a handler's `1xx`. Convert it with
-/// [`HttpResponse::into_http`] for hyper, on either protocol.
+/// the `Content-Length` of the content a `GET` would have had; `500` for a
+/// handler's `1xx` that is no WebSocket upgrade; `400` for a target the
+/// server routes no request to (a `CONNECT` with a path, userinfo, `*`
+/// but for `OPTIONS`). The `Host` header is not checked: a request built in
+/// process seldom carries one. Convert it with [`HttpResponse::into_http`]
+/// for hyper, on either protocol.
 ///
 /// ```
 /// use suprnova::{HttpResponse, Router};
@@ -414,13 +420,21 @@ where
     B::Error: Into<BoxError>,
 {
     let head = request.method() == http::Method::HEAD;
+    if let Some(fault) = target_fault(request.method(), request.uri()) {
+        let refused = bad_request(fault);
+        return Either::Left(std::future::ready(if head {
+            refused.without_content()
+        } else {
+            refused
+        }));
+    }
     let request = prepare(request, peer);
     let answer = catching_panics(|| router.dispatch_outermost(request));
     if !head {
         // The answer as it is: nothing to leave out.
-        return Either::Left(answer);
+        return Either::Right(Either::Left(answer));
     }
-    Either::Right(answer.map(HttpResponse::without_content))
+    Either::Right(Either::Right(answer.map(HttpResponse::without_content)))
 }
 
 /// The crate's request for `request` from `peer`, trusting the proxies

@@ -945,8 +945,8 @@ async fn get_r(router: &suprnova::Router) -> u16 {
 
 // Over HTTP: a route limited to 2 a minute, failing open, on a Redis URL
 // that names a database. Redis is busy with another application's slow
-// script for a moment; once it is free again, the route admits 2 of 6
-// requests, as before.
+// script for a moment; once it is free again, the route is limited
+// again: of 6 requests, the last 4 are refused.
 #[tokio::test]
 async fn after_a_slow_script_a_route_failing_open_is_limited_again() {
     use suprnova::rate_limit::{BackendErrorPolicy, RateLimitMiddleware};
@@ -980,7 +980,14 @@ async fn after_a_slow_script_a_route_failing_open_is_limited_again() {
     for _ in 0..6 {
         statuses.push(get_r(&router).await);
     }
-    assert_eq!(statuses, [200, 200, 429, 429, 429, 429]);
+    // Limited again: at most the 2 of the window admitted (a call the
+    // busy Redis ran after its caller gave up may have taken one), and
+    // the rest refused; failing open, all 6 would be 200.
+    let admitted = statuses.iter().filter(|&&status| status == 200).count();
+    assert!(
+        (1..=2).contains(&admitted) && statuses[2..].iter().all(|&status| status == 429),
+        "{statuses:?}"
+    );
 }
 
 // ---- a limit of zero ---------------------------------------------------------

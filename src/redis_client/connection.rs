@@ -530,7 +530,18 @@ impl RedisConnection {
                     RedisBackendError::from(e)
                 })
             }
-            Ok(Err(e)) => Err(RedisBackendError::from(e)),
+            Ok(Err(e)) => {
+                // An answer of Redis's own (an error reply to the call) is
+                // a connection that serves: a refusal is over.
+                if let Used::Single(node, _) = &used
+                    && !e.is_io_error()
+                    && !e.is_timeout()
+                    && !e.is_connection_dropped()
+                {
+                    node.served();
+                }
+                Err(RedisBackendError::from(e))
+            }
             Err(_) => {
                 used.replace();
                 Err(RedisBackendError::Timeout(deadline))

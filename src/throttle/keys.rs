@@ -4,7 +4,7 @@
 //! cleans them once, as Laravel's does.
 
 use crate::http::Request;
-use crate::keys::{push_address_or_token, push_bucket_address, push_clean_proof};
+use crate::keys::{KeyPart, push_address_or_token, push_bucket_address, push_clean_proof};
 use crate::limiter::{TIMER_SUFFIX, cleaned};
 
 /// Who a request is counted as: `user:<id>` for a signed-in user,
@@ -14,8 +14,10 @@ use crate::limiter::{TIMER_SUFFIX, cleaned};
 /// are spelled apart so that a user whose id reads like an address shares
 /// no bucket with that address. The id is written so that cleaning cannot
 /// make two ids one (`tom&jerry` is `tom%26jerry`, not `tomajerry`; see
-/// [`push_clean_proof`]); an id of ASCII letters, digits and punctuation
-/// reads as it is.
+/// [`push_clean_proof`]), and so that it cannot write the key's own `:`
+/// (`7:path:/login` is `7%3Apath%3A/login`, not user 7's bucket of
+/// `/login`); an id of ASCII letters, digits and punctuation but `:` reads
+/// as it is.
 ///
 /// A request with no address (one made in process, with no peer) gets a
 /// key no other request gets: one shared bucket for all of them would let
@@ -24,7 +26,7 @@ pub(super) fn caller_key(request: &Request) -> String {
     if let Some(id) = request.user_id() {
         let mut key = String::with_capacity(5 + id.len());
         key.push_str("user:");
-        push_clean_proof(&mut key, id, false);
+        push_clean_proof(&mut key, id, KeyPart::Id);
         return key;
     }
     let mut key = String::with_capacity(48);
@@ -41,7 +43,7 @@ pub(super) fn caller_key(request: &Request) -> String {
 pub(super) fn caller_on_path_key(request: &Request) -> String {
     let mut key = caller_key(request);
     key.push_str(":path:");
-    push_clean_proof(&mut key, &request.route_path(), true);
+    push_clean_proof(&mut key, &request.route_path(), KeyPart::Path);
     key
 }
 
@@ -134,6 +136,7 @@ mod tests {
             ("caf\u{e9}", "user:caf%C3%A9"),
             ("50%", "user:50%25"),
             ("<a>\"'", "user:%3Ca%3E%22%27"),
+            ("7:path:/login", "user:7%3Apath%3A/login"),
         ] {
             let user = request("/", None, Some(id));
             assert_eq!(caller_key(&user), key, "{id}");

@@ -59,9 +59,10 @@ pub fn route<H: WebSocketHandler>(path: &str, handler: H) -> Router {
 /// [`route`], whose sockets read messages of up to `bytes` rather than
 /// [`MAX_MESSAGE_SIZE`]. A frame is refused as soon as its header says it
 /// is larger than `bytes` (or than 16 MiB, whatever `bytes` is: a larger
-/// message comes in several frames), or than a control frame's 125 bytes
-/// when `bytes` is smaller: a route that reads small messages (or none,
-/// with 0) still answers pings and takes the peer's close.
+/// message comes in several frames), or than 126 bytes when `bytes` is
+/// smaller: a route that reads small messages (or none, with 0) still
+/// answers pings and takes the peer's close, and a control frame over 125
+/// bytes is a protocol error (1002) on every route.
 ///
 /// ```
 /// use suprnova::ws::{WebSocket, WebSocketHandler, route_with_max_message_size};
@@ -92,7 +93,9 @@ pub fn route_with_max_message_size<H: WebSocketHandler>(
         // A frame as large as the message, or a control frame's 125 bytes
         // (a ping, or the peer's close), whichever is larger: a route that
         // reads small messages still answers pings and takes a close.
-        .max_frame_size(Some(bytes.clamp(MAX_CONTROL_FRAME, MAX_FRAME_SIZE)));
+        // A frame of 126 bytes or more is read up to its kind, so that a
+        // control frame that large is the protocol error it is (1002).
+        .max_frame_size(Some(bytes.clamp(MAX_CONTROL_FRAME + 1, MAX_FRAME_SIZE)));
     Router::new().get(path, move |request: Request| {
         upgrade(handler.clone(), request, config)
     })

@@ -144,15 +144,23 @@ impl WebSocket {
     /// A text or binary message over
     /// [`MAX_SEND_SIZE`](super::MAX_SEND_SIZE) fails with a
     /// [`Capacity`](WebSocketError::Capacity) error, and a ping or a pong
-    /// over 125 bytes, or a close reason over 123, with a
-    /// [`Protocol`](WebSocketError::Protocol) error (RFC 6455, 5.5):
-    /// nothing is sent.
+    /// over 125 bytes, a close reason over 123, or a close code no endpoint
+    /// may send (1005, 1006, 1015, one under 1000), with a
+    /// [`Protocol`](WebSocketError::Protocol) error (RFC 6455, 5.5 and
+    /// 7.4): nothing is sent. A close frame sent bounds the reads after it
+    /// as [`WebSocket::close`] does.
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), WebSocketError> {
         let Some(stream) = self.stream.as_mut() else {
             return Err(WebSocketError::AlreadyClosed);
         };
         let message = message.into();
         check_sendable(&message)?;
+        if matches!(message, Message::Close(_)) {
+            // As after `close`: reads wait for the peer's answer no longer
+            // than the close timeout.
+            self.reads_end_at
+                .get_or_insert_with(|| tokio::time::Instant::now() + super::CLOSE_TIMEOUT);
+        }
         let Some(shutdown) = self.shutdown.as_mut() else {
             return stream.send(message).await;
         };
@@ -239,6 +247,11 @@ fn check_sendable(message: &Message) -> Result<(), WebSocketError> {
         Message::Close(Some(frame)) if frame.reason.len() > 123 => {
             Err(WebSocketError::Protocol(ProtocolError::ControlFrameTooBig))
         }
+        // 1005, 1006 and 1015 only report what happened, and codes under
+        // 1000 or reserved are no endpoint's to send (RFC 6455, 7.4).
+        Message::Close(Some(frame)) if !frame.code.is_allowed() => Err(WebSocketError::Protocol(
+            ProtocolError::InvalidCloseSequence,
+        )),
         _ => Ok(()),
     }
 }
