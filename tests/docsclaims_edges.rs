@@ -31,6 +31,28 @@ async fn send(router: &Router, uri: &str, peer: &str, user: Option<&str>) -> Htt
     handle_request_with_peer(router, request, peer.parse::<SocketAddr>().unwrap()).await
 }
 
+/// Asserts that `refused` is a 429 with `body`, no request left, and a wait
+/// of `retry_after` seconds to `START + ends_after`.
+fn assert_refused(refused: &HttpResponse, body: &str, retry_after: &str, ends_after: u64) {
+    let reset = (START + ends_after).to_string();
+    assert_eq!(
+        (
+            refused.status_code(),
+            refused.body_text(),
+            refused.header_str("x-ratelimit-remaining"),
+            refused.header_str("retry-after"),
+            refused.header_str("x-ratelimit-reset"),
+        ),
+        (
+            429,
+            body.to_owned(),
+            Some("0"),
+            Some(retry_after),
+            Some(reset.as_str())
+        )
+    );
+}
+
 fn ok(path: &str) -> Router {
     Router::new().get(path, |_req: Request| async { HttpResponse::text("ok") })
 }
@@ -175,16 +197,8 @@ async fn a_refusal_reports_when_the_window_reopens() {
         );
         clock.advance(Duration::from_secs(45));
         let refused = send(&router, "/r", "203.0.113.5:1", None).await;
-        assert_eq!(refused.status_code(), 429);
-        assert_eq!(refused.body_text(), "Too Many Attempts.");
+        assert_refused(&refused, "Too Many Attempts.", "75", 120);
         assert_eq!(refused.header_str("x-ratelimit-limit"), Some("1"));
-        assert_eq!(refused.header_str("x-ratelimit-remaining"), Some("0"));
-        assert_eq!(refused.header_str("retry-after"), Some("75"));
-        let reset = (START + 120).to_string();
-        assert_eq!(
-            refused.header_str("x-ratelimit-reset"),
-            Some(reset.as_str())
-        );
         clock.advance(Duration::from_secs(75));
         assert_eq!(
             send(&router, "/r", "203.0.113.5:1", None)
@@ -632,15 +646,7 @@ async fn a_sliding_refusal_rounds_the_wait_up_and_the_reset_agrees() {
             200
         );
         let refused = send(&router, "/s", "203.0.113.5:1", None).await;
-        assert_eq!(refused.status_code(), 429);
-        assert_eq!(refused.body_text(), "429 Too Many Requests");
-        assert_eq!(refused.header_str("retry-after"), Some("7"));
-        assert_eq!(refused.header_str("x-ratelimit-remaining"), Some("0"));
-        let reset = (START + 11).to_string();
-        assert_eq!(
-            refused.header_str("x-ratelimit-reset"),
-            Some(reset.as_str())
-        );
+        assert_refused(&refused, "429 Too Many Requests", "7", 11);
         clock.advance(Duration::from_secs(7));
         assert_eq!(
             send(&router, "/s", "203.0.113.5:1", None)
