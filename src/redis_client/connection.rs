@@ -515,7 +515,11 @@ impl RedisConnection {
             // (A cluster's client makes its node connections again by
             // itself.)
             Ok(Err(e)) if setup_refused(&e) && matches!(used, Used::Single(..)) => {
-                if let Used::Single(node, _) = &used {
+                // A refusal of a connection no longer in use (one replaced
+                // while the call waited) says nothing of the current one.
+                if let Used::Single(node, manager) = &used
+                    && Arc::ptr_eq(&node.current.load(), manager)
+                {
                     node.refused(&e);
                 }
                 Err(RedisBackendError::from(e))
