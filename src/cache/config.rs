@@ -347,43 +347,42 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
         Some(bare) => ("rediss", bare.to_owned()),
         None => ("redis", host),
     };
-    let refuse = |host: &str, reason: &str| ConfigError::Invalid {
+    let refuse = |host: &str| ConfigError::Invalid {
         variable: "REDIS_HOST".to_owned(),
         value: host.to_owned(),
-        reason: reason.to_owned(),
+        reason: "expected a host name or an address".to_owned(),
     };
     // A name outside ASCII in the form DNS looks up (`bücher.example` is
     // `xn--bcher-kva.example`): a `redis://` URL would percent-encode it.
     let host = if host.is_ascii() {
         host
     } else {
-        idna::domain_to_ascii(&host)
-            .map_err(|_| refuse(&host, "expected a host name or an address"))?
+        idna::domain_to_ascii(&host).map_err(|_| refuse(&host))?
     };
-    // An IPv6 address as phpredis takes it (`::1`): in a URL it is written
-    // in brackets.
+    // An IPv6 address (`::1` as phpredis takes it, written in brackets in
+    // a URL, or `[::1]`), or a name or an IPv4 address: any other
+    // character would end the host in the URL (`#` begins a fragment, and
+    // the port and database after it were dropped).
     let in_url = if host.parse::<std::net::Ipv6Addr>().is_ok() {
         format!("[{host}]")
-    } else {
-        host.clone()
-    };
-    let refuse = |reason: &str| refuse(&host, reason);
-    // A name or an IPv4 address, or an IPv6 one (bracketed above): any
-    // other character would end the host in the URL (`#` begins a
-    // fragment, and the port and database after it were dropped).
-    let plain_name = |host: &str| {
-        !host.is_empty()
-            && host
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'))
-    };
-    let bracketed = host
+    } else if host
         .strip_prefix('[')
         .and_then(|inner| inner.strip_suffix(']'))
-        .is_some_and(|inner| inner.parse::<std::net::Ipv6Addr>().is_ok());
-    if in_url == host && !bracketed && !plain_name(&host) {
-        return Err(refuse("expected a host name or an address"));
-    }
+        .is_some_and(|inner| inner.parse::<std::net::Ipv6Addr>().is_ok())
+        || (!host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_')))
+    {
+        host.clone()
+    } else {
+        return Err(refuse(&host));
+    };
+    let refuse = |reason: &str| ConfigError::Invalid {
+        variable: "REDIS_HOST".to_owned(),
+        value: host.clone(),
+        reason: reason.to_owned(),
+    };
     let mut url = ::redis::parse_redis_url(&format!("{scheme}://{in_url}:{port}/{database}"))
         .ok_or_else(|| refuse("expected a host name or an address"))?;
     // Written percent-encoded, `%` included (the URL's own setters keep a

@@ -74,9 +74,16 @@ impl HttpResponse {
             }
             Err(e) => {
                 tracing::error!(error = %e, "response body did not serialize to JSON");
-                Self::text("500 Internal Server Error").status(500)
+                Self::internal_server_error()
             }
         }
+    }
+
+    /// The `500` every failure of the crate's own answers with (a handler
+    /// that panicked, a router with registration errors, an invalid
+    /// limit).
+    pub(crate) fn internal_server_error() -> Self {
+        Self::text("500 Internal Server Error").status(500)
     }
 
     /// A response with raw bytes and no content type.

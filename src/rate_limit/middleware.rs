@@ -338,7 +338,7 @@ impl RateLimitMiddleware {
         let path = request.path();
         if !error.is_backend() {
             tracing::error!(%error, path, "invalid rate limit; answering 500");
-            return Some(HttpResponse::text("500 Internal Server Error").status(500));
+            return Some(HttpResponse::internal_server_error());
         }
         match self.policy {
             BackendErrorPolicy::FailOpen => {

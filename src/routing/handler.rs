@@ -44,5 +44,5 @@ where
 /// The answer to a request whose handler or middleware panicked.
 pub(crate) fn panicked() -> HttpResponse {
     tracing::error!("a handler or middleware panicked; answering 500");
-    HttpResponse::text("500 Internal Server Error").status(500)
+    HttpResponse::internal_server_error()
 }

@@ -477,7 +477,7 @@ impl Router {
     fn find(&self, request: &mut Request) -> Result<usize, HttpResponse> {
         if let Some(error) = self.errors.first() {
             tracing::error!(%error, "request on a router with registration errors");
-            return Err(HttpResponse::text("500 Internal Server Error").status(500));
+            return Err(HttpResponse::internal_server_error());
         }
         if !request.path().starts_with('/') {
             // `OPTIONS *` (the server as a whole) or `CONNECT host:443` (an
@@ -550,7 +550,7 @@ async fn response_of(
                     status = answer.status_code(),
                     "a handler answered with a 1xx status that is no WebSocket upgrade; answering 500"
                 );
-                return HttpResponse::text("500 Internal Server Error").status(500);
+                return HttpResponse::internal_server_error();
             }
             answer
         }

@@ -15,7 +15,7 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
 
 use super::handshake::accept_key;
-use super::socket::Stream;
+use super::socket::{Stream, going_away_frame};
 use super::{Sessions, WebSocket, WebSocketHandler};
 use crate::container::App;
 use crate::{HttpResponse, Request, Router};
@@ -145,7 +145,7 @@ async fn upgrade<H: WebSocketHandler>(
             path = request.path(),
             "a WebSocket handshake arrived without a connection to upgrade; serve the router with suprnova::server"
         );
-        return HttpResponse::text("500 Internal Server Error").status(500);
+        return HttpResponse::internal_server_error();
     };
     // Joined before the flag is read: a shutdown that raises the flag after
     // this read finds the session joined and waits for it; one that raised
@@ -299,10 +299,7 @@ async fn finish_close(mut stream: Stream, panicked: bool, away: bool) {
             reason: "internal error".into(),
         })
     } else if away {
-        Some(CloseFrame {
-            code: CloseCode::Away,
-            reason: "the server is shutting down".into(),
-        })
+        Some(going_away_frame())
     } else {
         None
     };

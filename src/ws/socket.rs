@@ -260,11 +260,17 @@ fn check_sendable(message: &Message) -> Result<(), WebSocketError> {
 /// [`CLOSE_TIMEOUT`](super::CLOSE_TIMEOUT): a peer that does not read
 /// cannot hold the shutdown.
 async fn going_away(stream: &mut Stream) {
-    let frame = CloseFrame {
+    let frame = going_away_frame();
+    let _ = tokio::time::timeout(super::CLOSE_TIMEOUT, stream.close(Some(frame))).await;
+}
+
+/// The close frame of a socket the server closes as it shuts down: 1001,
+/// going away.
+pub(super) fn going_away_frame() -> CloseFrame {
+    CloseFrame {
         code: CloseCode::Away,
         reason: "the server is shutting down".into(),
-    };
-    let _ = tokio::time::timeout(super::CLOSE_TIMEOUT, stream.close(Some(frame))).await;
+    }
 }
 
 /// The close code for a read that failed because of the peer: 1002 for a
