@@ -17,6 +17,7 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
+use tokio_tungstenite::tungstenite::protocol::frame::Frame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
 use support::http::TestServer;
@@ -306,6 +307,26 @@ async fn a_ping_over_125_bytes_is_refused_by_send() {
         report.starts_with("send error"),
         "the send reported {report:?}; the peer read {on_the_wire:?}"
     );
+    server.stop().await;
+}
+
+/// A raw frame would go out past the checks a message gets: `send`
+/// refuses it, and the peer reads nothing before the close.
+#[tokio::test]
+async fn a_raw_frame_is_refused_by_send() {
+    let (tx, mut reports) = mpsc::unbounded_channel();
+    let message = Message::Frame(Frame::ping(vec![7_u8; 200]));
+    let server = TestServer::start(ws!("/ws", SendOnce(message, tx))).await;
+    let mut stream = open(server.addr()).await;
+    let report = next_report(&mut reports).await;
+    stream.write_all(&masked(true, CLOSE, &[])).await.unwrap();
+    let first = within("a frame", Duration::from_secs(5), read_frame(&mut stream)).await;
+    let on_the_wire = first.map(|(_, opcode, payload)| (opcode, payload.len()));
+    assert!(
+        report.starts_with("send error") && report.contains("raw frame is not sent"),
+        "the send reported {report:?}; the peer read {on_the_wire:?}"
+    );
+    assert_eq!(on_the_wire.map(|(opcode, _)| opcode), Some(CLOSE));
     server.stop().await;
 }
 

@@ -147,8 +147,10 @@ impl WebSocket {
     /// over 125 bytes, a close reason over 123, or a close code no endpoint
     /// may send (1005, 1006, 1015, one under 1000), with a
     /// [`Protocol`](WebSocketError::Protocol) error (RFC 6455, 5.5 and
-    /// 7.4): nothing is sent. A close frame sent bounds the reads after it
-    /// as [`WebSocket::close`] does.
+    /// 7.4): nothing is sent. A raw [`Message::Frame`] is not sent either:
+    /// it fails with an [`Io`](WebSocketError::Io) error of kind
+    /// [`Unsupported`](std::io::ErrorKind::Unsupported). A close frame sent
+    /// bounds the reads after it as [`WebSocket::close`] does.
     pub async fn send(&mut self, message: impl Into<Message>) -> Result<(), WebSocketError> {
         let Some(stream) = self.stream.as_mut() else {
             return Err(WebSocketError::AlreadyClosed);
@@ -229,7 +231,7 @@ impl WebSocket {
 
 /// Whether `message` may go out: a data message of at most
 /// [`MAX_SEND_SIZE`](super::MAX_SEND_SIZE), a control frame of at most 125
-/// bytes.
+/// bytes, no raw frame.
 fn check_sendable(message: &Message) -> Result<(), WebSocketError> {
     let too_long = |size: usize| {
         Err(WebSocketError::Capacity(CapacityError::MessageTooLong {
@@ -252,6 +254,13 @@ fn check_sendable(message: &Message) -> Result<(), WebSocketError> {
         Message::Close(Some(frame)) if !frame.code.is_allowed() => Err(WebSocketError::Protocol(
             ProtocolError::InvalidCloseSequence,
         )),
+        // A raw frame would go out as written, past every check above and
+        // the protocol's others (reserved bits, a mask, a control frame in
+        // pieces, a continuation of nothing): only messages are sent.
+        Message::Frame(_) => Err(WebSocketError::Io(std::io::Error::new(
+            std::io::ErrorKind::Unsupported,
+            "a raw frame is not sent: send a text, binary, ping, pong or close message",
+        ))),
         _ => Ok(()),
     }
 }
