@@ -270,16 +270,21 @@ impl ShardNotes {
             let seen = note.read(key)?;
             Some((seen.same_key, seen))
         })?;
-        // One comparison for both ends: the place frees after `now_ms`, and
+        // The place frees after `now_ms` (a forgotten note frees at 0), and
         // no later than a window after it. A note past that end was written
         // before the clock stepped back and is not taken: the call takes
         // the lock, where the bucket's hits are moved back to the clock.
         // (So is a note of a hit stamped in the current millisecond, which
         // a stamp rounded up puts a window and a millisecond ahead: for that
-        // millisecond, the lock answers.)
-        let ahead = seen.frees_at_ms.wrapping_sub(now_ms).wrapping_sub(1);
-        (seen.length_and_limit == head && seen.window_ms == window_ms && ahead < window_ms)
-            .then_some(seen.frees_at_ms)
+        // millisecond, the lock answers.) Compared without wrapping: a
+        // window within `now_ms` of the largest `u64` would take a note
+        // that frees at 0, or in the past, as one that frees within it.
+        let frees_at_ms = seen.frees_at_ms;
+        (seen.length_and_limit == head
+            && seen.window_ms == window_ms
+            && frees_at_ms > now_ms
+            && frees_at_ms - now_ms <= window_ms)
+            .then_some(frees_at_ms)
     }
 
     /// The index place and the number of `key`'s note, for the holder of
