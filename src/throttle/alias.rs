@@ -101,7 +101,9 @@ impl ThrottleRequestsMiddleware {
     /// `throttle:api|v2` or `throttle:5|api` the limiter of that name.
     /// Numbers are whole and positive: unlike Laravel, `1.5` or `1e1` are
     /// refused rather than truncated (in either half of `guest|user` too),
-    /// and the window is whole minutes.
+    /// and the window is whole minutes. As in Laravel, a `+` before the
+    /// digits and blanks around the `|` are taken, and a number past the
+    /// largest `i64` is the largest.
     ///
     /// # Errors
     ///
@@ -147,9 +149,11 @@ fn read_first(value: &str) -> Result<First<'_>, ThrottleAliasError> {
         && is_numeric(guest)
         && is_numeric(user)
     {
+        // The arguments are trimmed, but blanks around the `|` stay in
+        // its halves: `10 | 60` is 10 and 60, as PHP reads each half.
         return Ok(First::Limits {
-            guest: read_limit("guest limit", guest)?,
-            user: read_limit("user limit", user)?,
+            guest: read_limit("guest limit", trim_php_blanks(guest))?,
+            user: read_limit("user limit", trim_php_blanks(user))?,
         });
     }
     if value.is_empty() || is_numeric(value) {
@@ -195,7 +199,7 @@ fn read_window(value: &str) -> Result<i64, ThrottleAliasError> {
 /// optional exponent, blanks. A limiter name is any first argument that is
 /// not one.
 fn is_numeric(value: &str) -> bool {
-    let value = value.trim_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c']);
+    let value = trim_php_blanks(value);
     let value = value.strip_prefix(['+', '-']).unwrap_or(value);
     let (mantissa, exponent) = match value.find(['e', 'E']) {
         Some(at) => (&value[..at], Some(&value[at + 1..])),
@@ -212,12 +216,19 @@ fn is_numeric(value: &str) -> bool {
     mantissa_is_number && exponent_is_number
 }
 
-/// ASCII digits only (no sign, no point, no exponent), within `i64`.
+/// `value` without the blanks PHP's `is_numeric` allows around a number.
+fn trim_php_blanks(value: &str) -> &str {
+    value.trim_matches([' ', '\t', '\n', '\r', '\x0b', '\x0c'])
+}
+
+/// ASCII digits, after an optional `+` (no `-`, no point, no exponent); one
+/// past `i64` is `i64::MAX`, as PHP's `(int)` reads it.
 fn whole_number(value: &str) -> Option<i64> {
-    if value.is_empty() || !value.bytes().all(|b| b.is_ascii_digit()) {
+    let digits = value.strip_prefix('+').unwrap_or(value);
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    value.parse().ok()
+    Some(digits.parse().unwrap_or(i64::MAX))
 }
 
 #[cfg(test)]
@@ -228,7 +239,9 @@ mod tests {
     fn whole_numbers_only() {
         assert_eq!(whole_number("60"), Some(60));
         assert_eq!(whole_number("007"), Some(7));
-        for bad in ["", "+1", "-1", "1.5", "1e1", " 1", "99999999999999999999"] {
+        assert_eq!(whole_number("+1"), Some(1));
+        assert_eq!(whole_number("99999999999999999999"), Some(i64::MAX));
+        for bad in ["", "+", "-1", "1.5", "1e1", " 1", "+-1", "++1"] {
             assert_eq!(whole_number(bad), None, "{bad:?}");
         }
     }
