@@ -6,15 +6,18 @@ use std::time::Duration;
 use super::MemoryStore;
 use super::store::{CacheError, IncrementOutcome, Store};
 use crate::container::App;
+use crate::limiter::CacheRateLimiter;
 
 /// The default cache store of [`App::current`], as Laravel's `Cache`
 /// facade.
 ///
 /// Each method acts on the `Arc<dyn Store>` installed in the current
 /// container ([`CacheConfig::install`](super::CacheConfig::install) installs
-/// one). When none is installed, the first call installs a [`MemoryStore`]
-/// on the system clock in that container, so the facade always works and
-/// the [`RateLimiter`](crate::RateLimiter) facade shares the same store.
+/// one). When none is installed, the first call installs there the store
+/// of the [`CacheRateLimiter`] installed (as a test installs one on a fake
+/// clock), or else a [`MemoryStore`] on the system clock, so the facade
+/// always works and the [`RateLimiter`](crate::RateLimiter) facade shares
+/// the same store.
 ///
 /// ```
 /// use std::time::Duration;
@@ -106,7 +109,12 @@ impl Cache {
     }
 }
 
-/// The store installed in `app`, or a new [`MemoryStore`] installed there.
+/// The store installed in `app`, or, installed there when there is none,
+/// the store of the [`CacheRateLimiter`] installed (the two facades count
+/// in one store), else a new [`MemoryStore`].
 pub(crate) fn store_of(app: &App) -> Arc<dyn Store> {
-    app.get_or_install::<dyn Store>(|| Arc::new(MemoryStore::new()))
+    app.get_or_install::<dyn Store>(|| {
+        app.get_with::<CacheRateLimiter, _>(|limiter| limiter.map(|l| Arc::clone(l.store())))
+            .unwrap_or_else(|| Arc::new(MemoryStore::new()))
+    })
 }

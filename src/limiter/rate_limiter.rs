@@ -375,6 +375,11 @@ impl CacheRateLimiter {
         // three steps, and remove counts others had made in the new window
         // meanwhile (twelve callers at a limit of 3 ran 34 to 39 callbacks
         // in five windows that way).
+        if max_attempts < 1 {
+            // A count a decrement left below 0 has room under a maximum of
+            // 0; no count runs a callback under it.
+            return Ok(None);
+        }
         let counted = self
             .increment_if_below(key, decay_seconds, 1, max_attempts)
             .await?
