@@ -61,15 +61,7 @@ pub(crate) fn host_fault(version: Version, headers: &HeaderMap) -> Option<&'stat
 fn is_host_and_port(text: &[u8]) -> bool {
     let (host_ok, rest) = match text.strip_prefix(b"[") {
         Some(literal) => match literal.iter().position(|&b| b == b']') {
-            Some(end) => (
-                // An IPv6 address, with a zone (`%25eth0`, RFC 6874), or
-                // an IPvFuture (`v1.x`).
-                end > 0
-                    && literal[..end]
-                        .iter()
-                        .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:%".contains(&b)),
-                &literal[end + 1..],
-            ),
+            Some(end) => (is_ip_literal(&literal[..end]), &literal[end + 1..]),
             None => (false, &[][..]),
         },
         None => {
@@ -85,11 +77,41 @@ fn is_host_and_port(text: &[u8]) -> bool {
         }
 }
 
+/// What brackets hold in a host (RFC 3986, 3.2.2): an IPv6 address, with a
+/// zone after `%25` (RFC 6874), or an IPvFuture (`v1.x`).
+fn is_ip_literal(literal: &[u8]) -> bool {
+    if let Some(future) = literal.strip_prefix(b"v").or(literal.strip_prefix(b"V")) {
+        // "v" 1*HEXDIG "." 1*( unreserved / sub-delims / ":" )
+        let Some(dot) = future.iter().position(|&b| b == b'.') else {
+            return false;
+        };
+        let (version, text) = (&future[..dot], &future[dot + 1..]);
+        return !version.is_empty()
+            && version.iter().all(u8::is_ascii_hexdigit)
+            && !text.is_empty()
+            && text
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:".contains(&b));
+    }
+    let (address, zone) = match literal.windows(3).position(|w| w == b"%25") {
+        Some(at) => (&literal[..at], Some(&literal[at + 3..])),
+        None => (literal, None),
+    };
+    std::str::from_utf8(address).is_ok_and(|a| a.parse::<std::net::Ipv6Addr>().is_ok())
+        // ZoneID = 1*( unreserved / pct-encoded )
+        && zone.is_none_or(|zone| !zone.is_empty() && is_encoded(zone, b"-._~"))
+}
+
 /// `*( unreserved / pct-encoded / sub-delims )`.
 fn is_reg_name(name: &[u8]) -> bool {
+    is_encoded(name, b"-._~!$&'()*+,;=")
+}
+
+/// Letters, digits, the bytes of `others`, and `%` with two hex digits.
+fn is_encoded(name: &[u8], others: &[u8]) -> bool {
     let mut bytes = name.iter();
     while let Some(&b) = bytes.next() {
-        let allowed = b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=".contains(&b);
+        let allowed = b.is_ascii_alphanumeric() || others.contains(&b);
         if b == b'%' {
             let escaped = (bytes.next(), bytes.next());
             if !matches!(escaped, (Some(h), Some(l)) if h.is_ascii_hexdigit() && l.is_ascii_hexdigit())
@@ -106,6 +128,34 @@ fn is_reg_name(name: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn brackets_hold_an_ipv6_address_or_an_ipvfuture() {
+        for host in [
+            "[::1]",
+            "[::1]:80",
+            "[fe80::1%25eth0]",
+            "[fe80::1%25en%2F0]:443",
+            "[v1.x]",
+            "[VA.a:b]",
+        ] {
+            assert!(is_host_and_port(host.as_bytes()), "{host}");
+        }
+        for host in [
+            "[]",
+            "[zz]",
+            "[example.com]",
+            "[10.0.0.1]",
+            "[::1%25]",
+            "[::1%eth0]",
+            "[fe80::1%25e/0]",
+            "[v.x]",
+            "[v1.]",
+            "[vx.1]",
+        ] {
+            assert!(!is_host_and_port(host.as_bytes()), "{host}");
+        }
+    }
 
     fn fault(version: Version, hosts: &[&str]) -> Option<&'static str> {
         let mut headers = HeaderMap::new();

@@ -182,7 +182,15 @@ pub(crate) fn parse_forwarded_ip(entry: &[u8]) -> Option<IpAddr> {
     let ip = entry
         .parse::<IpAddr>()
         .ok()
-        .or_else(|| entry.parse::<std::net::SocketAddr>().ok().map(|sa| sa.ip()))
+        // With a port: the standard library takes a numeric zone there
+        // (`[fe80::1%2]:443`), which names an interface of the writer's
+        // host, no address; every other spelling of a zone is refused.
+        .or_else(|| {
+            (!entry.contains('%'))
+                .then(|| entry.parse::<std::net::SocketAddr>().ok())
+                .flatten()
+                .map(|sa| sa.ip())
+        })
         .or_else(|| {
             entry
                 .strip_prefix('[')
