@@ -382,7 +382,8 @@ impl RedisConnection {
             .saturating_add(self.config.response_timeout)
     }
 
-    /// Sends `PING` (to a random node of a cluster).
+    /// Sends `PING`; on a cluster to every master, each of which must
+    /// answer.
     pub async fn ping(&self) -> Result<(), RedisBackendError> {
         self.query::<String>(&::redis::cmd("PING")).await.map(drop)
     }
