@@ -11,7 +11,8 @@ use crate::container::App;
 use crate::limiter::CacheRateLimiter;
 #[cfg(feature = "redis")]
 use crate::redis_client::{
-    MAX_DATABASE, RedisConfig, RedisConnection, is_socket_scheme, redact_credentials, url_text,
+    MAX_DATABASE, RedisConfig, RedisConnection, is_socket_scheme, node_urls, redact_credentials,
+    url_text,
 };
 
 /// Which backend the cache uses.
@@ -35,7 +36,7 @@ pub enum CacheStoreKind {
 /// | `REDIS_PREFIX` | `<slug of APP_NAME>-database-` (`laravel-database-`) | the Redis connection prefix, before the cache prefix |
 /// | `REDIS_URL` | unset | the Redis URL (`unix:///path/redis.sock` for a socket); a cluster as a comma-separated list of node URLs |
 /// | `REDIS_HOST`, `REDIS_PORT` | `127.0.0.1`, `6379` | used when `REDIS_URL` is unset; a `tls://` host means TLS, a path (`/var/run/redis/redis.sock`) a Unix socket |
-/// | `REDIS_USERNAME`, `REDIS_PASSWORD` | unset | credentials, used with `REDIS_HOST` |
+/// | `REDIS_USERNAME`, `REDIS_PASSWORD` | unset | credentials, used with `REDIS_HOST`, and for each node of a `REDIS_URL` that names none (a URL that names a username only takes `REDIS_PASSWORD`); credentials written in the URL win |
 /// | `REDIS_CACHE_CONNECTION` | `cache` | the Laravel Redis connection the cache counts on: `cache` (database `REDIS_CACHE_DB`) or `default` (database `REDIS_DB`) |
 /// | `REDIS_CACHE_DB` | `1` | the database of the `cache` connection, unless the URL names one |
 /// | `REDIS_DB` | `0` | the database of the `default` connection, unless the URL names one |
@@ -273,7 +274,18 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
         value: redact_credentials(value),
         reason,
     };
-    let parsed = RedisConfig::from_url(&url).map_err(|e| invalid(&url, e.reason))?;
+    let (mut nodes, cluster) = node_urls(&url);
+    if variable == "REDIS_URL" {
+        // Laravel merges the URL over the connection's settings: what a
+        // node's URL leaves out, its credentials or (one node) its
+        // database, the connection's variables give.
+        let credentials = credentials(env)?;
+        let database = (!cluster && nodes.len() == 1).then_some(database);
+        for node in &mut nodes {
+            *node = merged_over_connection(node, &credentials, database);
+        }
+    }
+    let parsed = RedisConfig::from_nodes(nodes, cluster).map_err(|e| invalid(&url, e.reason))?;
     if parsed.is_cluster()
         && let Some(database @ 1..) = set_database
     {
@@ -287,27 +299,65 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
             ),
         });
     }
-    if parsed.is_cluster() || variable != "REDIS_URL" {
-        return parsed.with_timeouts_from_env(env);
-    }
-    // A URL without a database takes the connection's (REDIS_CACHE_DB, or
-    // REDIS_DB on the default connection), as Laravel merges the
-    // URL over the connection's settings.
-    let mut with_db = ::redis::parse_redis_url(&url)
-        .ok_or_else(|| invalid(&url, "it does not parse as a URL".to_owned()))?;
-    if is_socket_scheme(with_db.scheme()) {
-        // A socket's path is the file: its database is the `db` pair.
-        if !with_db.query_pairs().any(|(name, _)| name == "db") {
-            with_db
-                .query_pairs_mut()
-                .append_pair("db", &database.to_string());
+    parsed.with_timeouts_from_env(env)
+}
+
+/// `node`, one node's URL from `REDIS_URL`, with what it leaves out taken
+/// from the connection's settings, as Laravel merges its URL over them: a
+/// URL that names no credentials takes `REDIS_USERNAME` and
+/// `REDIS_PASSWORD`, one that names a username only takes `REDIS_PASSWORD`,
+/// and one that names no database takes `database` (given for one node
+/// only: a cluster has database 0). What the URL names wins. A URL that
+/// does not parse is kept as written, for [`RedisConfig`] to refuse.
+#[cfg(feature = "redis")]
+fn merged_over_connection(
+    node: &str,
+    (user, password): &(Option<String>, Option<String>),
+    database: Option<u64>,
+) -> String {
+    let Some(mut url) = ::redis::parse_redis_url(node) else {
+        return node.to_owned();
+    };
+    if is_socket_scheme(url.scheme()) {
+        // A socket's path is the file: its database and credentials are
+        // query pairs, written as a REDIS_HOST path's are.
+        let names = |name: &str| url.query_pairs().any(|(named, _)| named == name);
+        let (has_db, has_user, has_pass) = (names("db"), names("user"), names("pass"));
+        let mut pairs = Vec::new();
+        if let Some(database) = database.filter(|_| !has_db) {
+            pairs.push(("db", database.to_string()));
         }
-    } else if with_db.path().trim_matches('/').is_empty() {
-        with_db.set_path(&format!("/{database}"));
+        if !has_pass {
+            if let Some(user) = user.as_deref().filter(|_| !has_user) {
+                pairs.push(("user", user.to_owned()));
+            }
+            if let Some(password) = password {
+                pairs.push(("pass", password.clone()));
+            }
+        }
+        if !pairs.is_empty() {
+            url.query_pairs_mut().extend_pairs(pairs);
+        }
+        return url.to_string();
     }
-    RedisConfig::from_url(with_db.as_str())
-        .map_err(|e| invalid(&url, e.reason))?
-        .with_timeouts_from_env(env)
+    if let Some(database) = database
+        && url.path().trim_matches('/').is_empty()
+    {
+        url.set_path(&format!("/{database}"));
+    }
+    if url.password().is_none() {
+        // Percent-encoded as a REDIS_HOST's credentials are. A URL that
+        // cannot hold them names no host, and is refused for that.
+        if url.username().is_empty()
+            && let Some(user) = user
+        {
+            let _ = url.set_username(&userinfo(user));
+        }
+        if let Some(password) = password {
+            let _ = url.set_password(Some(&userinfo(password)));
+        }
+    }
+    url.to_string()
 }
 
 /// The variable that holds the cache's Redis database, and its default:
@@ -400,9 +450,10 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
     Ok(url.to_string())
 }
 
-/// `REDIS_USERNAME` and `REDIS_PASSWORD`. A username without a password is
-/// refused: the client authenticates only with a password, and would make
-/// every call as the default user (Laravel drops such a username unsaid).
+/// `REDIS_USERNAME` and `REDIS_PASSWORD`, read beside `REDIS_HOST` and
+/// `REDIS_URL` alike. A username without a password is refused: the client
+/// authenticates only with a password, and would make every call as the
+/// default user (Laravel drops such a username unsaid).
 #[cfg(feature = "redis")]
 fn credentials(env: &Env) -> Result<(Option<String>, Option<String>), ConfigError> {
     let user = env.laravel_secret("REDIS_USERNAME")?;
@@ -672,6 +723,71 @@ mod tests {
         .to_string();
         assert!(
             err.starts_with("REDIS_DB=\"2\" is invalid: a Redis Cluster"),
+            "{err}"
+        );
+    }
+
+    /// As Laravel merges the URL over the connection's settings, a node's
+    /// URL that names no credentials takes REDIS_USERNAME and
+    /// REDIS_PASSWORD, written as a REDIS_HOST's are; the URL's own win.
+    #[cfg(feature = "redis")]
+    #[test]
+    fn redis_url_takes_the_credentials_unless_it_names_them() {
+        let redis = |pairs: &[(&str, &str)]| {
+            let mut all = vec![("CACHE_STORE", "redis")];
+            all.extend_from_slice(pairs);
+            CacheConfig::from_env(&env(&all)).map(|c| c.redis.unwrap().nodes().to_vec())
+        };
+        let both = [("REDIS_USERNAME", "app"), ("REDIS_PASSWORD", "p@ss/w%41")];
+        let with = |url: &str, credentials: &[(&str, &str)]| {
+            redis(&[&[("REDIS_URL", url)], credentials].concat())
+        };
+        assert_eq!(
+            with("redis://h:6380", &both).unwrap(),
+            ["redis://app:p%40ss%2Fw%2541@h:6380/1"]
+        );
+        assert_eq!(
+            with("rediss://h:6380/2", &both[1..]).unwrap(),
+            ["rediss://:p%40ss%2Fw%2541@h:6380/2"]
+        );
+        // A username in the URL takes the password it lacks.
+        assert_eq!(
+            with("redis://me@h:6380", &both).unwrap(),
+            ["redis://me:p%40ss%2Fw%2541@h:6380/1"]
+        );
+        for own in ["redis://me:mine@h:6380/1", "redis://:mine@h:6380/1"] {
+            assert_eq!(with(own, &both).unwrap(), [own]);
+        }
+        assert_eq!(
+            with("unix:///run/redis.sock", &both).unwrap(),
+            ["unix:///run/redis.sock?db=1&user=app&pass=p%40ss%2Fw%2541"]
+        );
+        assert_eq!(
+            with("unix:///run/redis.sock?pass=mine", &both).unwrap(),
+            ["unix:///run/redis.sock?pass=mine&db=1"]
+        );
+        // Every node of a cluster that names none.
+        for cluster in [
+            "redis://a:7000,redis://b:7001",
+            "redis+cluster://a:7000,b:7001",
+        ] {
+            assert_eq!(
+                with(cluster, &both).unwrap(),
+                [
+                    "redis://app:p%40ss%2Fw%2541@a:7000",
+                    "redis://app:p%40ss%2Fw%2541@b:7001"
+                ],
+                "{cluster}"
+            );
+        }
+        assert_eq!(
+            with("redis+cluster://a:7000", &both[1..]).unwrap(),
+            ["redis://:p%40ss%2Fw%2541@a:7000"]
+        );
+        // A username alone names both variables, and no secret.
+        let err = with("redis://h:6380", &both[..1]).unwrap_err().to_string();
+        assert!(
+            err.starts_with("REDIS_USERNAME=\"***\" is invalid: a username needs REDIS_PASSWORD"),
             "{err}"
         );
     }

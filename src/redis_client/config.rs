@@ -90,39 +90,18 @@ impl RedisConfig {
     /// Parses a URL in one of the forms above.
     pub fn from_url(url: &str) -> Result<Self, RedisUrlError> {
         let url = url.trim();
-        let refuse = |part: &str, reason: &str| RedisUrlError {
-            url: redact_credentials(part),
-            reason: reason.to_owned(),
-        };
         if url.is_empty() {
             return Err(refuse(url, "it is empty"));
         }
-        let (cluster_scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
-            (Some("redis://"), rest)
-        } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
-            (Some("rediss://"), rest)
-        } else {
-            (None, url)
-        };
-        let nodes: Vec<String> = match cluster_scheme {
-            Some(scheme) => {
-                let hosts: Vec<&str> = rest.split(',').map(str::trim).collect();
-                // Credentials written once, on the first seed, are the
-                // cluster's: every node is asked with them.
-                let userinfo = hosts[0].rsplit_once('@').map(|(info, _)| info);
-                hosts
-                    .iter()
-                    .map(|host| match userinfo {
-                        Some(info) if !host.contains('@') => format!("{scheme}{info}@{host}"),
-                        _ => format!("{scheme}{host}"),
-                    })
-                    .collect()
-            }
-            None => split_urls(rest)
-                .into_iter()
-                .map(|u| u.trim().to_owned())
-                .collect(),
-        };
+        let (nodes, cluster) = node_urls(url);
+        Self::from_nodes(nodes, cluster)
+    }
+
+    /// The configuration of `nodes`, each one node's URL (as
+    /// [`node_urls`] splits a value), a Redis Cluster if `cluster` or if
+    /// there are more than one: each checked as [`from_url`](Self::from_url)
+    /// checks it.
+    pub(crate) fn from_nodes(nodes: Vec<String>, cluster: bool) -> Result<Self, RedisUrlError> {
         let mut infos = Vec::with_capacity(nodes.len());
         for node in &nodes {
             let scheme = scheme_of(node);
@@ -214,7 +193,7 @@ impl RedisConfig {
             }
             infos.push(info);
         }
-        let cluster = cluster_scheme.is_some() || nodes.len() > 1;
+        let cluster = cluster || nodes.len() > 1;
         if cluster && let Some((node, reason)) = cluster_mismatch(&nodes, &infos) {
             return Err(refuse(node, reason));
         }
@@ -268,6 +247,48 @@ impl RedisConfig {
     pub fn redacted(&self) -> String {
         let kind = if self.cluster { "cluster " } else { "" };
         format!("{kind}{}", redact_credentials(&self.nodes.join(",")))
+    }
+}
+
+/// The node URLs of `url`, a value in one of [`RedisConfig`]'s forms, not
+/// checked, and whether the value names a Redis Cluster by its scheme
+/// (`redis+cluster://`); a list of more than one node is one too.
+pub(crate) fn node_urls(url: &str) -> (Vec<String>, bool) {
+    let url = url.trim();
+    let (cluster_scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        (Some("redis://"), rest)
+    } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
+        (Some("rediss://"), rest)
+    } else {
+        (None, url)
+    };
+    let nodes = match cluster_scheme {
+        Some(scheme) => {
+            let hosts: Vec<&str> = rest.split(',').map(str::trim).collect();
+            // Credentials written once, on the first seed, are the
+            // cluster's: every node is asked with them.
+            let userinfo = hosts[0].rsplit_once('@').map(|(info, _)| info);
+            hosts
+                .iter()
+                .map(|host| match userinfo {
+                    Some(info) if !host.contains('@') => format!("{scheme}{info}@{host}"),
+                    _ => format!("{scheme}{host}"),
+                })
+                .collect()
+        }
+        None => split_urls(rest)
+            .into_iter()
+            .map(|u| u.trim().to_owned())
+            .collect(),
+    };
+    (nodes, cluster_scheme.is_some())
+}
+
+/// The refusal of `part`, shown with its credentials hidden.
+fn refuse(part: &str, reason: &str) -> RedisUrlError {
+    RedisUrlError {
+        url: redact_credentials(part),
+        reason: reason.to_owned(),
     }
 }
 

@@ -15,7 +15,7 @@ mod script_call;
 
 pub(crate) use config::MAX_DATABASE;
 pub use config::{RedisConfig, RedisUrlError};
-pub(crate) use config::{is_socket_scheme, redact_credentials, url_text};
+pub(crate) use config::{is_socket_scheme, node_urls, redact_credentials, url_text};
 pub use connection::{RedisBackendError, RedisConnection};
 pub(crate) use reply::reply_numbers;
 pub(crate) use script_call::{LuaScript, ScriptCall};
