@@ -274,18 +274,18 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
         value: redact_credentials(value),
         reason,
     };
-    let (mut nodes, cluster) = node_urls(&url);
+    let mut nodes = node_urls(&url);
     if variable == "REDIS_URL" {
         // Laravel merges the URL over the connection's settings: what a
         // node's URL leaves out, its credentials or (one node) its
         // database, the connection's variables give.
         let credentials = credentials(env)?;
-        let database = (!cluster && nodes.len() == 1).then_some(database);
-        for node in &mut nodes {
+        let database = (!nodes.cluster && nodes.urls.len() == 1).then_some(database);
+        for node in &mut nodes.urls {
             *node = merged_over_connection(node, &credentials, database);
         }
     }
-    let parsed = RedisConfig::from_nodes(nodes, cluster).map_err(|e| invalid(&url, e.reason))?;
+    let parsed = RedisConfig::from_nodes(nodes).map_err(|e| invalid(&url, e.reason))?;
     if parsed.is_cluster()
         && let Some(database @ 1..) = set_database
     {

@@ -75,7 +75,9 @@ pub(crate) fn is_socket_scheme(scheme: &str) -> bool {
 #[error("{url:?} is not a usable Redis URL: {reason}")]
 pub struct RedisUrlError {
     /// The URL (or the part of a list) that was refused, its credentials
-    /// hidden (`redis://***@cache.internal:6379`, `?pass=***`).
+    /// hidden (`redis://***@cache.internal:6379`, `?pass=***`); only its
+    /// scheme (`redis://***`) for a seed of `redis+cluster://` that may
+    /// hold part of a password, cut at a comma in it.
     pub url: String,
     /// Why.
     pub reason: String,
@@ -91,37 +93,37 @@ impl RedisConfig {
     pub fn from_url(url: &str) -> Result<Self, RedisUrlError> {
         let url = url.trim();
         if url.is_empty() {
-            return Err(refuse(url, "it is empty"));
+            return Err(refusal(url, false, "it is empty"));
         }
-        let (nodes, cluster) = node_urls(url);
-        Self::from_nodes(nodes, cluster)
+        Self::from_nodes(node_urls(url))
     }
 
-    /// The configuration of `nodes`, each one node's URL (as
-    /// [`node_urls`] splits a value), a Redis Cluster if `cluster` or if
-    /// there are more than one: each checked as [`from_url`](Self::from_url)
-    /// checks it.
-    pub(crate) fn from_nodes(nodes: Vec<String>, cluster: bool) -> Result<Self, RedisUrlError> {
+    /// The configuration of the node URLs of a value, as [`node_urls`]
+    /// splits it: each checked as [`from_url`](Self::from_url) checks it.
+    pub(crate) fn from_nodes(nodes: NodeUrls) -> Result<Self, RedisUrlError> {
+        let NodeUrls {
+            urls: nodes,
+            cluster,
+            hidden,
+        } = nodes;
         let mut infos = Vec::with_capacity(nodes.len());
-        for node in &nodes {
+        for (i, node) in nodes.iter().enumerate() {
+            let refuse = |reason: &str| refusal(node, i < hidden, reason);
             let scheme = scheme_of(node);
             if !NODE_SCHEMES.contains(&scheme) {
                 return Err(refuse(
-                    node,
                     "the scheme must be redis://, rediss://, unix://, redis+unix://, \
                      redis+cluster:// or rediss+cluster://",
                 ));
             }
             if is_socket_scheme(scheme) && nodes.len() > 1 {
                 return Err(refuse(
-                    node,
                     "a Unix socket is one node on this host; a Redis Cluster is given by \
                      redis:// URLs",
                 ));
             }
             if is_socket_scheme(scheme) && !node[scheme.len() + 3..].starts_with('/') {
                 return Err(refuse(
-                    node,
                     "a Unix socket is given by its absolute path, as in \
                      unix:///run/redis/redis.sock",
                 ));
@@ -129,7 +131,7 @@ impl RedisConfig {
             let info = node
                 .as_str()
                 .into_connection_info()
-                .map_err(|e| refuse(node, &e.to_string()))?;
+                .map_err(|e| refuse(&e.to_string()))?;
             // Read from the parsed address, however the URL spells it (the
             // parser drops tabs and newlines: `#insec<TAB>ure` is
             // `#insecure`).
@@ -138,7 +140,6 @@ impl RedisConfig {
                 ::redis::ConnectionAddr::TcpTls { insecure: true, .. }
             ) {
                 return Err(refuse(
-                    node,
                     "#insecure (TLS without checking the certificate) is not available: \
                      certificates are checked against the public web roots, so give Redis a \
                      certificate they trust",
@@ -150,7 +151,6 @@ impl RedisConfig {
             let settings = info.redis_settings();
             if settings.username().is_some() && settings.password().is_none() {
                 return Err(refuse(
-                    node,
                     "a username needs its password (redis://user:password@host:port, or \
                      ?user=...&pass=... after a socket's path); without a username the \
                      calls are made as the default user",
@@ -160,25 +160,24 @@ impl RedisConfig {
             // port and the database of `redis://cache.internal#x:6380/2`.
             if ::redis::parse_redis_url(node).is_some_and(|url| url.fragment().is_some()) {
                 return Err(refuse(
-                    node,
                     "a # ends the address there, and the port and database after it are \
                      dropped; write a # in a password as %23",
                 ));
             }
             if let Some(pair) = unread_query_pair(node, is_socket_scheme(scheme)) {
-                return Err(refuse(
-                    node,
-                    &unread_query_reason(&pair, is_socket_scheme(scheme)),
-                ));
+                return Err(refuse(&unread_query_reason(
+                    &pair,
+                    is_socket_scheme(scheme),
+                )));
             }
             if let ::redis::ConnectionAddr::Tcp(host, port)
             | ::redis::ConnectionAddr::TcpTls { host, port, .. } = info.addr()
             {
                 if host.is_empty() {
-                    return Err(refuse(node, "it names no host"));
+                    return Err(refuse("it names no host"));
                 }
                 if *port == 0 {
-                    return Err(refuse(node, "the port is a number from 1 to 65535"));
+                    return Err(refuse("the port is a number from 1 to 65535"));
                 }
             }
             // redis-rs reads the database as a 64-bit signed number: one
@@ -186,7 +185,6 @@ impl RedisConfig {
             // every connection's SELECT.
             if !(0..=MAX_DATABASE).contains(&info.redis_settings().db()) {
                 return Err(refuse(
-                    node,
                     "the database is a number from 0 to 2147483647 (/N after the host, or ?db=N \
                      after a socket's path)",
                 ));
@@ -194,8 +192,8 @@ impl RedisConfig {
             infos.push(info);
         }
         let cluster = cluster || nodes.len() > 1;
-        if cluster && let Some((node, reason)) = cluster_mismatch(&nodes, &infos) {
-            return Err(refuse(node, reason));
+        if cluster && let Some((i, reason)) = cluster_mismatch(&infos) {
+            return Err(refusal(&nodes[i], i < hidden, reason));
         }
         Ok(Self {
             nodes,
@@ -250,44 +248,68 @@ impl RedisConfig {
     }
 }
 
-/// The node URLs of `url`, a value in one of [`RedisConfig`]'s forms, not
-/// checked, and whether the value names a Redis Cluster by its scheme
-/// (`redis+cluster://`); a list of more than one node is one too.
-pub(crate) fn node_urls(url: &str) -> (Vec<String>, bool) {
-    let url = url.trim();
-    let (cluster_scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
-        (Some("redis://"), rest)
-    } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
-        (Some("rediss://"), rest)
-    } else {
-        (None, url)
-    };
-    let nodes = match cluster_scheme {
-        Some(scheme) => {
-            let hosts: Vec<&str> = rest.split(',').map(str::trim).collect();
-            // Credentials written once, on the first seed, are the
-            // cluster's: every node is asked with them.
-            let userinfo = hosts[0].rsplit_once('@').map(|(info, _)| info);
-            hosts
-                .iter()
-                .map(|host| match userinfo {
-                    Some(info) if !host.contains('@') => format!("{scheme}{info}@{host}"),
-                    _ => format!("{scheme}{host}"),
-                })
-                .collect()
-        }
-        None => split_urls(rest)
-            .into_iter()
-            .map(|u| u.trim().to_owned())
-            .collect(),
-    };
-    (nodes, cluster_scheme.is_some())
+/// The node URLs of a value in one of [`RedisConfig`]'s forms, not checked.
+pub(crate) struct NodeUrls {
+    /// One URL a node.
+    pub(crate) urls: Vec<String>,
+    /// Whether the value names a Redis Cluster by its scheme
+    /// (`redis+cluster://`); a list of more than one node is one too.
+    pub(crate) cluster: bool,
+    /// How many of the first URLs a refusal does not show, even with their
+    /// credentials hidden: the seeds of `redis+cluster://` with an `@` after
+    /// them in the value. The seeds are cut at every comma, and a password
+    /// may hold one: such a seed may be the head of a password (`app:pa` of
+    /// `app:pa,ss@host`), or hold part of one after an `@` in it.
+    pub(crate) hidden: usize,
 }
 
-/// The refusal of `part`, shown with its credentials hidden.
-fn refuse(part: &str, reason: &str) -> RedisUrlError {
+/// The node URLs of `url`, a value in one of [`RedisConfig`]'s forms.
+pub(crate) fn node_urls(url: &str) -> NodeUrls {
+    let url = url.trim();
+    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+        ("redis://", rest)
+    } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
+        ("rediss://", rest)
+    } else {
+        return NodeUrls {
+            urls: split_urls(url)
+                .into_iter()
+                .map(|u| u.trim().to_owned())
+                .collect(),
+            cluster: false,
+            hidden: 0,
+        };
+    };
+    let hosts: Vec<&str> = rest.split(',').map(str::trim).collect();
+    // Credentials written once, on the first seed, are the cluster's: every
+    // node is asked with them.
+    let userinfo = hosts[0].rsplit_once('@').map(|(info, _)| info);
+    NodeUrls {
+        urls: hosts
+            .iter()
+            .map(|host| match userinfo {
+                Some(info) if !host.contains('@') => format!("{scheme}{info}@{host}"),
+                _ => format!("{scheme}{host}"),
+            })
+            .collect(),
+        cluster: true,
+        hidden: hosts
+            .iter()
+            .rposition(|host| host.contains('@'))
+            .unwrap_or(0),
+    }
+}
+
+/// The refusal of `part`, shown with its credentials hidden, or as its
+/// scheme alone when `hidden` (see [`NodeUrls::hidden`]).
+fn refusal(part: &str, hidden: bool, reason: &str) -> RedisUrlError {
+    let url = if hidden {
+        format!("{}://***", scheme_of(part))
+    } else {
+        redact_credentials(part)
+    };
     RedisUrlError {
-        url: redact_credentials(part),
+        url,
         reason: reason.to_owned(),
     }
 }
@@ -350,21 +372,19 @@ impl RedisUrlError {
     }
 }
 
-/// The first node of a Redis Cluster that it cannot be run with, and why:
+/// The first node of a Redis Cluster that it cannot be run with (its
+/// place among `infos`, the nodes' connections), and why:
 /// a cluster has only database 0 (a node asked to `SELECT` another refuses
 /// every connection, which would leave every limit to the backend-error
 /// policy), and redis-rs asks every node with the first one's credentials,
 /// TLS and protocol (and refuses to build a client whose nodes differ in
 /// them).
-fn cluster_mismatch<'a>(
-    nodes: &'a [String],
-    infos: &[::redis::ConnectionInfo],
-) -> Option<(&'a str, &'static str)> {
+fn cluster_mismatch(infos: &[::redis::ConnectionInfo]) -> Option<(usize, &'static str)> {
     let first = infos.first()?.redis_settings();
     let tls = |info: &::redis::ConnectionInfo| {
         matches!(info.addr(), ::redis::ConnectionAddr::TcpTls { .. })
     };
-    nodes.iter().zip(infos).find_map(|(node, info)| {
+    infos.iter().enumerate().find_map(|(i, info)| {
         let settings = info.redis_settings();
         let reason = if settings.db() != 0 {
             "a Redis Cluster has only database 0; remove the database (/N) from the URL"
@@ -377,7 +397,7 @@ fn cluster_mismatch<'a>(
         } else {
             return None;
         };
-        Some((node.as_str(), reason))
+        Some((i, reason))
     })
 }
 
@@ -637,6 +657,17 @@ mod tests {
             !reason.contains("app:pa") && !reason.contains("s3cret"),
             "{reason}"
         );
+        // A seed cut at a comma, with an `@` after it, may be the head of a
+        // password, or hold part of one after an `@`: only its scheme is
+        // shown. Past the last `@`, a seed is a host.
+        for (raw, shown) in [
+            ("redis+cluster://app:pa,s3cret@a:7000", "redis://***"),
+            ("rediss+cluster://a:7000,:pa,s3cret@b:7001", "rediss://***"),
+            ("redis+cluster://app:p@x:0,y:z@a:7000", "redis://***"),
+            ("redis+cluster://u:p@a:7000,b:0", "redis://***@b:0"),
+        ] {
+            assert_eq!(RedisConfig::from_url(raw).unwrap_err().url, shown, "{raw}");
+        }
     }
 
     #[test]
