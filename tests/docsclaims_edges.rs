@@ -18,7 +18,7 @@ use suprnova::rate_limit::memory::InMemoryRateLimiter;
 use suprnova::rate_limit::{RateLimitMiddleware, RateLimiterDriver};
 use suprnova::server::{handle_request, handle_request_with_peer};
 use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
-use throttle_support::{SignIn, memory_app};
+use throttle_support::{SignIn, memory_app, status_and_counts as pair};
 
 const START: u64 = 1_767_268_800; // 2026-01-01T12:00:00Z
 
@@ -55,14 +55,6 @@ fn assert_refused(refused: &HttpResponse, body: &str, retry_after: &str, ends_af
 
 fn ok(path: &str) -> Router {
     Router::new().get(path, |_req: Request| async { HttpResponse::text("ok") })
-}
-
-fn pair(r: &HttpResponse) -> (u16, Option<&str>, Option<&str>) {
-    (
-        r.status_code(),
-        r.header_str("x-ratelimit-limit"),
-        r.header_str("x-ratelimit-remaining"),
-    )
 }
 
 // rate-limiting.md, "Aliases": "A first argument of two whole numbers joined

@@ -16,15 +16,7 @@ use http_body_util::Full;
 use support::clock_at;
 use suprnova::clock::Clock;
 use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
-use throttle_support::{get_as_guest, memory_app, ok_routes};
-
-fn pair(r: &HttpResponse) -> (u16, Option<&str>, Option<&str>) {
-    (
-        r.status_code(),
-        r.header_str("x-ratelimit-limit"),
-        r.header_str("x-ratelimit-remaining"),
-    )
-}
+use throttle_support::{get_as_guest, memory_app, ok_routes, status_and_counts as pair};
 
 /// Asks `uri` once for each of `expected`, in turn: each answer's status,
 /// `X-RateLimit-Limit` and `X-RateLimit-Remaining`.

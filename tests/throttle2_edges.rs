@@ -9,30 +9,13 @@ mod throttle_support;
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use http_body_util::Full;
 use support::clock_at;
 use support::http::TestServer;
 use suprnova::clock::Clock;
-use suprnova::server::handle_request_with_peer;
 use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
-use throttle_support::{GUEST, SignIn, get_as_guest, memory_app, ok_routes};
-
-async fn get_as_user(router: &Router, uri: &str, user: &str) -> HttpResponse {
-    let request = http::Request::get(uri)
-        .header("x-user", user)
-        .body(Full::<Bytes>::default())
-        .unwrap();
-    handle_request_with_peer(router, request, GUEST.parse().unwrap()).await
-}
-
-fn pair(r: &HttpResponse) -> (u16, Option<&str>, Option<&str>) {
-    (
-        r.status_code(),
-        r.header_str("x-ratelimit-limit"),
-        r.header_str("x-ratelimit-remaining"),
-    )
-}
+use throttle_support::{
+    SignIn, get_as_guest, get_as_user, memory_app, ok_routes, status_and_counts as pair,
+};
 
 /// Answers with the status of `?status=` (200 without one).
 async fn status_from_query(req: Request) -> HttpResponse {

@@ -295,39 +295,39 @@ async fn a_send_one_byte_over_max_send_size_fails() {
 /// makes every conforming peer fail the connection.
 #[tokio::test]
 async fn a_ping_over_125_bytes_is_refused_by_send() {
+    let (report, on_the_wire) = sent_once(Message::Ping(vec![7_u8; 200].into())).await;
+    assert!(
+        report.starts_with("send error"),
+        "the send reported {report:?}; the peer read {on_the_wire:?}"
+    );
+}
+
+/// What a handler's one `send` of `message` reported, and the opcode and
+/// length of the first frame its raw peer then read, having sent a close.
+async fn sent_once(message: Message) -> (String, Option<(u8, usize)>) {
     let (tx, mut reports) = mpsc::unbounded_channel();
-    let message = Message::Ping(vec![7_u8; 200].into());
     let server = TestServer::start(ws!("/ws", SendOnce(message, tx))).await;
     let mut stream = open(server.addr()).await;
     let report = next_report(&mut reports).await;
     stream.write_all(&masked(true, CLOSE, &[])).await.unwrap();
     let first = within("a frame", Duration::from_secs(5), read_frame(&mut stream)).await;
-    let on_the_wire = first.map(|(_, opcode, payload)| (opcode, payload.len()));
-    assert!(
-        report.starts_with("send error"),
-        "the send reported {report:?}; the peer read {on_the_wire:?}"
-    );
     server.stop().await;
+    (
+        report,
+        first.map(|(_, opcode, payload)| (opcode, payload.len())),
+    )
 }
 
 /// A raw frame would go out past the checks a message gets: `send`
 /// refuses it, and the peer reads nothing before the close.
 #[tokio::test]
 async fn a_raw_frame_is_refused_by_send() {
-    let (tx, mut reports) = mpsc::unbounded_channel();
-    let message = Message::Frame(Frame::ping(vec![7_u8; 200]));
-    let server = TestServer::start(ws!("/ws", SendOnce(message, tx))).await;
-    let mut stream = open(server.addr()).await;
-    let report = next_report(&mut reports).await;
-    stream.write_all(&masked(true, CLOSE, &[])).await.unwrap();
-    let first = within("a frame", Duration::from_secs(5), read_frame(&mut stream)).await;
-    let on_the_wire = first.map(|(_, opcode, payload)| (opcode, payload.len()));
+    let (report, on_the_wire) = sent_once(Message::Frame(Frame::ping(vec![7_u8; 200]))).await;
     assert!(
         report.starts_with("send error") && report.contains("raw frame is not sent"),
         "the send reported {report:?}; the peer read {on_the_wire:?}"
     );
     assert_eq!(on_the_wire.map(|(opcode, _)| opcode), Some(CLOSE));
-    server.stop().await;
 }
 
 // ---- pings ------------------------------------------------------------------

@@ -115,3 +115,22 @@ pub async fn send_as_guest(router: &Router, method: http::Method, uri: &str) -> 
 pub async fn get_as_guest(router: &Router, uri: &str) -> HttpResponse {
     send_as_guest(router, http::Method::GET, uri).await
 }
+
+/// `GET uri` through `router`, in process, from [`GUEST`] signed in (through
+/// [`SignIn`]) as `user`.
+pub async fn get_as_user(router: &Router, uri: &str, user: &str) -> HttpResponse {
+    let mut request = request_without_body(http::Method::GET, uri);
+    request
+        .headers_mut()
+        .insert("x-user", user.parse().unwrap());
+    handle_request_with_peer(router, request, GUEST.parse().unwrap()).await
+}
+
+/// An answer's status, `X-RateLimit-Limit` and `X-RateLimit-Remaining`.
+pub fn status_and_counts(r: &HttpResponse) -> (u16, Option<&str>, Option<&str>) {
+    (
+        r.status_code(),
+        r.header_str("x-ratelimit-limit"),
+        r.header_str("x-ratelimit-remaining"),
+    )
+}
