@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use support::redis::{RedisServer, connect};
+use support::two_steps::TwoSteps;
 use support::unique_prefix;
 use suprnova::cache::{CacheError, MemoryStore, RedisStore, Store};
 use suprnova::chrono::{DateTime, Utc};
@@ -297,48 +298,6 @@ async fn the_rate_limiter_answers_alike_on_both_stores() {
         .map(|(m, r)| format!("memory {m}\n redis {r}"))
         .collect();
     assert!(differences.is_empty(), "{}", differences.join("\n"));
-}
-
-/// A memory store that counts in a window with the trait's provided
-/// `increment_in_window`: the path of a store that cannot do both in one
-/// step (a Redis Cluster).
-#[derive(Debug)]
-struct TwoSteps(MemoryStore);
-
-#[suprnova::async_trait]
-impl Store for TwoSteps {
-    async fn get(&self, key: &str) -> Result<Option<String>, CacheError> {
-        self.0.get(key).await
-    }
-    async fn put(&self, key: &str, value: &str, ttl: Duration) -> Result<(), CacheError> {
-        self.0.put(key, value, ttl).await
-    }
-    async fn add(&self, key: &str, value: &str, ttl: Duration) -> Result<bool, CacheError> {
-        self.0.add(key, value, ttl).await
-    }
-    async fn increment(&self, key: &str, by: i64) -> Result<i64, CacheError> {
-        self.0.increment(key, by).await
-    }
-    async fn increment_if_below(
-        &self,
-        key: &str,
-        decay_seconds: i64,
-        amount: i64,
-        ceiling: i64,
-    ) -> Result<suprnova::cache::IncrementOutcome, CacheError> {
-        self.0
-            .increment_if_below(key, decay_seconds, amount, ceiling)
-            .await
-    }
-    async fn forget(&self, key: &str) -> Result<bool, CacheError> {
-        self.0.forget(key).await
-    }
-    async fn ttl(&self, key: &str) -> Result<Option<Duration>, CacheError> {
-        self.0.ttl(key).await
-    }
-    fn name(&self) -> &'static str {
-        "two steps"
-    }
 }
 
 #[tokio::test]

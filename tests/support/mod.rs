@@ -11,6 +11,7 @@ pub mod http;
 pub mod load;
 pub mod proxy;
 pub mod redis;
+pub mod two_steps;
 pub mod ws;
 pub mod ws_frames;
 
