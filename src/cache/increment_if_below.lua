@@ -14,7 +14,9 @@
 -- ARGV[1]  the time to live, in whole seconds (at least 1), that a counter
 --          without one gets when it counts (a new counter, or one that
 --          INCRBY created without a time to live), and that a counter the
---          call opening the window counts on gets when its own is shorter
+--          call opening the window counts on gets when its own is shorter,
+--          and that a counter without one gets when the call opening the
+--          window is refused
 -- ARGV[2]  the amount to add (an integer, may be negative)
 -- ARGV[3]  the room: the ceiling less the amount (an integer, which may lie
 --          beyond a 64-bit one), which the count must not exceed
@@ -116,8 +118,16 @@ if opened and current and greater(count_text, room) and not greater('0', room) t
     redis.call('DEL', KEYS[1])
     count_text = '0'
 end
--- The answer to a call that does not count.
+-- The answer to a call that does not count. Refused when it opened the
+-- window, it gives a full counter with no time to live (a plain INCRBY
+-- wrote it, here or in a Laravel application) the window's, so that it
+-- ends with this window; one with a time to live keeps it: it may be a
+-- count an ended window left full, which, lengthened, would refuse this
+-- whole window.
 local function refused()
+    if opened and redis.call('PTTL', KEYS[1]) == -1 then
+        redis.call('EXPIRE', KEYS[1], ARGV[1])
+    end
     if KEYS[2] then
         return string.format('0 %s %s', count_text, window_end(redis.call('GET', KEYS[2])))
     end

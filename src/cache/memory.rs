@@ -417,13 +417,24 @@ impl MemoryStore {
             window,
         )?;
         if opened && let Some(entry) = counter.get_mut() {
-            // The call that opened the window gives the counter at least
-            // the window's time to live, counted or not: another call,
-            // which found the timer this one opened, may have counted
-            // first, in a counter left by an earlier window (keeping its
-            // shorter time to live), or made the counter at a time it
-            // read before this call did.
-            entry.live_until_at_least(Self::expiry(now, decay_ttl(count.decay_seconds)));
+            let window_ends = Self::expiry(now, decay_ttl(count.decay_seconds));
+            if outcome.counted || entry.value.counted_in() == window {
+                // A counter this window counted in lives at least as long
+                // as the window, whoever counted: the call that opened it,
+                // or another call, which found the timer this one opened
+                // and counted first, in a counter left by an earlier window
+                // (keeping its shorter time to live), or made the counter
+                // at a time it read before this call did.
+                entry.live_until_at_least(window_ends);
+            } else if entry.expires_at.is_none() {
+                // Refused, on a counter no call of this window counted in,
+                // it gives a full counter with no time to live (a plain
+                // increment wrote it) the window's, so that it ends with
+                // this window, and leaves one with a time to live as it
+                // is, as Redis does: that one is a count an ended window
+                // left, which, lengthened, would refuse this whole window.
+                entry.expires_at = window_ends;
+            }
         }
         Ok(outcome)
     }
