@@ -439,6 +439,80 @@ impl MemoryStore {
         Ok(outcome)
     }
 
+    /// [`Store::increment_in_open_window`]: a counter holding a count
+    /// other than 0 is counted in under its lock, in one step; a missing
+    /// one, or one at 0, only while the timer stands, read before the
+    /// counter is locked again. Callers at the same moment on a key with
+    /// no window therefore never see each other's count: none is stored.
+    fn count_in_open_window(
+        &self,
+        key: &str,
+        timer_key: &str,
+        amount: i64,
+    ) -> Result<i64, CacheError> {
+        let now = self.now_swept();
+        let now = {
+            let (mut counter, now) = self.live(key, now);
+            if let Some(count) = Self::count_held(&mut counter, key, amount)? {
+                return Ok(count);
+            }
+            now
+        };
+        let (timer_ends, now) = {
+            let (timer, now) = self.live(timer_key, now);
+            (timer.get().and_then(|entry| entry.expires_at), now)
+        };
+        let (mut counter, now) = self.live(key, now);
+        // Counted meanwhile: the count stands, and so does this one.
+        if let Some(count) = Self::count_held(&mut counter, key, amount)? {
+            return Ok(count);
+        }
+        match timer_ends.filter(|&ends| now < ends) {
+            Some(ends) => {
+                match counter.get_mut() {
+                    // At 0: a counter a window counted stays that window's.
+                    Some(entry) => {
+                        entry.value = entry.value.counted(amount, None);
+                        entry.live_until_at_least(Some(ends));
+                    }
+                    None => counter.insert(Entry {
+                        value: Value::Integer(amount),
+                        expires_at: Some(ends),
+                    }),
+                }
+            }
+            None => {
+                counter.remove();
+            }
+        }
+        Ok(amount)
+    }
+
+    /// `amount` added to the locked live counter of `key` when it holds a
+    /// count other than 0, as [`Store::increment`] adds it; `None` for a
+    /// missing counter or one at 0, which counts only in an open window.
+    fn count_held(
+        counter: &mut Locked<'_, '_, Entry>,
+        key: &str,
+        amount: i64,
+    ) -> Result<Option<i64>, CacheError> {
+        let Some(entry) = counter.get_mut() else {
+            return Ok(None);
+        };
+        let current = entry.value.integer(key)?;
+        if current == 0 {
+            return Ok(None);
+        }
+        let next = current
+            .checked_add(amount)
+            .ok_or_else(|| CacheError::Overflow {
+                key: key.to_owned(),
+            })?;
+        // A counter a window counted stays that window's.
+        entry.value = entry.value.counted(next, None);
+        Ok(Some(next))
+    }
+
     /// [`Store::increment_if_below`] on the locked live entry of `key`.
     /// A count made in a window (`window`, its timer's number) is
     /// recorded with it. A counter gets a time to live when it has none,
@@ -576,6 +650,15 @@ impl Store for MemoryStore {
         self.with_entry(key, |shard, now| {
             Self::count_below(shard, key, now, decay_seconds, amount, ceiling, None)
         })
+    }
+
+    async fn increment_in_open_window(
+        &self,
+        key: &str,
+        timer_key: &str,
+        amount: i64,
+    ) -> Result<i64, CacheError> {
+        self.count_in_open_window(key, timer_key, amount)
     }
 
     async fn increment_in_window(

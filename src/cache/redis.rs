@@ -19,6 +19,10 @@ use crate::redis_client::{
 static INCREMENT_IF_BELOW: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("increment_if_below.lua")));
 
+/// A count in no window ([`Store::increment_in_open_window`]).
+static INCREMENT_IN_OPEN_WINDOW: LazyLock<LuaScript> =
+    LazyLock::new(|| LuaScript::new(include_str!("increment_in_open_window.lua")));
+
 /// At least a time to live for a key ([`Store::expire_at_least`]).
 static LIVE_AT_LEAST: LazyLock<LuaScript> =
     LazyLock::new(|| LuaScript::new(include_str!("live_at_least.lua")));
@@ -75,7 +79,11 @@ static LIVE_AT_LEAST: LazyLock<LuaScript> =
 /// one command per request; on a cluster it is `SET NX EX` and the script
 /// sent at once, in one round trip, and for the call that opens a window
 /// and counts a second round trip, which gives the counter at least the
-/// window's time to live. Every call is bounded by the
+/// window's time to live. So is `increment_in_open_window` (a count in no
+/// window, which counts only while a window is open on the key): one
+/// script given both keys on one node; on a cluster the script on the
+/// counter, and, for a counter missing or at 0, the timer's `PTTL` and the
+/// script again. Every call is bounded by the
 /// connection's timeouts and then fails with [`CacheError::Timeout`]; a
 /// read (`get`, `ttl`) or a count that finds its connection dropped is
 /// sent once more, as [`RedisConnection`] says.
@@ -154,6 +162,21 @@ impl RedisStore {
             counted: counted == 1,
             count,
         })
+    }
+
+    /// Runs the count in no window on `key` as `call` sets it up: 1 when
+    /// the counter holds the count, 0 when nothing was stored (the count is
+    /// the amount), 2 when the script needs the timer's time to live; and
+    /// the count.
+    async fn count_in_open_window(
+        &self,
+        key: &str,
+        call: &ScriptCall<'_>,
+    ) -> Result<[i64; 2], CacheError> {
+        let reply: Vec<u8> = self
+            .integer_answer(key, self.conn.call_script(call).await)
+            .await?;
+        Ok(reply_numbers::<i64, 2>(&reply)?)
     }
 
     /// The answer to an integer operation on `key`, its error as
@@ -250,6 +273,39 @@ impl Store for RedisStore {
             // A second run of a count that adds can only add again.
             .repeatable(amount >= 0);
         self.count_below(key, &call).await
+    }
+
+    /// On one node, one script reads the counter and the timer and counts.
+    /// On a cluster, where the two keys live in different slots, the
+    /// script on the counter alone counts in a count other than 0 at once
+    /// and leaves a missing counter, or one at 0, untouched; for that one
+    /// the timer's time to live is read and the script asked again with
+    /// it (counting in the counter if another call counted meanwhile).
+    async fn increment_in_open_window(
+        &self,
+        key: &str,
+        timer_key: &str,
+        amount: i64,
+    ) -> Result<i64, CacheError> {
+        let cluster = self.conn.config().is_cluster();
+        let mut call = ScriptCall::new(&INCREMENT_IN_OPEN_WINDOW, if cluster { 1 } else { 2 });
+        call.key(&self.prefix, key);
+        if !cluster {
+            call.key(&self.prefix, timer_key);
+        }
+        call.arg(amount);
+        let [kept, count] = self.count_in_open_window(key, &call).await?;
+        if kept != 2 {
+            return Ok(count);
+        }
+        let left: i64 = self
+            .conn
+            .read(cmd("PTTL").arg(self.full_key(timer_key)))
+            .await?;
+        let mut call = ScriptCall::new(&INCREMENT_IN_OPEN_WINDOW, 1);
+        call.key(&self.prefix, key).arg(amount).arg(left);
+        let [_, count] = self.count_in_open_window(key, &call).await?;
+        Ok(count)
     }
 
     /// On one node, the timer's `SET NX EX` and the conditional increment

@@ -110,6 +110,51 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
         Ok(())
     }
 
+    /// Adds `amount` to the counter under `key` while a rate-limit window
+    /// is open on it, and returns the count: a count in no window (a window
+    /// of 0 seconds or less, which opens none), as Laravel's `hit` with a
+    /// decay of 0 counts.
+    ///
+    /// A counter holding a count other than 0 is counted in, as
+    /// [`increment`](Store::increment) counts, and keeps its time to live.
+    /// A missing counter, or one at 0, is counted in only while the
+    /// window's timer under `timer_key` has a time to live (a window whose
+    /// count was reset, or taken back to 0), and then lives at least as
+    /// long as the timer ([`expire_at_least`](Store::expire_at_least));
+    /// otherwise the call stores nothing (a counter at 0 is removed) and
+    /// returns `amount`.
+    ///
+    /// The provided method takes these as steps of their own:
+    /// [`increment`](Store::increment), then, on a count of `amount`, a
+    /// read of the timer and a time to live given or a removal. Callers at
+    /// the same moment on a key with no window may then see each other's
+    /// count before its removal. The memory store counts under the
+    /// counter's lock, and the Redis store on one node in one script, so
+    /// that no caller sees another's count on a key with no window. On a
+    /// Redis Cluster, where the counter and its timer live in different
+    /// slots, a script on the counter counts in a count other than 0 at
+    /// once and stores nothing on a missing one; only for a counter
+    /// missing or at 0 is the timer read, and the counter asked again with
+    /// what it read. The memory store reads the timer that way too, before
+    /// it locks the counter again.
+    async fn increment_in_open_window(
+        &self,
+        key: &str,
+        timer_key: &str,
+        amount: i64,
+    ) -> Result<i64, CacheError> {
+        let hits = self.increment(key, amount).await?;
+        if hits == amount {
+            match self.ttl(timer_key).await? {
+                Some(left) => self.expire_at_least(key, left).await?,
+                None => {
+                    self.forget(key).await?;
+                }
+            }
+        }
+        Ok(hits)
+    }
+
     /// Opens a rate-limit window and counts in it: [`add`](Store::add) of
     /// `ends_at` under `timer_key` for `decay_seconds` (at least 1), then
     /// [`increment_if_below`](Store::increment_if_below) of `key` (the
