@@ -163,6 +163,17 @@ async fn increment_burst(
     .await
 }
 
+/// The driver and the facade each count once on `{k}`.
+async fn counted_once(
+    limiter: &RedisRateLimiter,
+    counter: &CacheRateLimiter,
+    cfg: &SlidingWindowConfig,
+) {
+    assert!(limiter.acquire("{k}", cfg).await.unwrap().allowed);
+    let outcome = counter.increment_if_below("{k}", 60, 1, 5).await;
+    assert!(outcome.unwrap().counted);
+}
+
 /// Calls the driver and the facade on `{k}` every 50 ms from `since` until
 /// both decide (admitted or refused), failing after `give_up`, and asserts
 /// that they did within four deadlines; `after` names what `since` is.
@@ -382,25 +393,7 @@ impl Restartable {
 
     /// The master that holds `key`.
     fn node_of(&self, key: &str) -> u16 {
-        let port = self.nodes[0].1;
-        let reply = raw_command(port, &format!("CLUSTER KEYSLOT {key}")).unwrap();
-        let slot: u16 = reply.trim().trim_start_matches(':').parse().unwrap();
-        self.ports()
-            .into_iter()
-            .find(|&node| {
-                let nodes = raw_command(node, "CLUSTER NODES").unwrap();
-                let own = nodes
-                    .lines()
-                    .find(|l| l.contains("myself"))
-                    .unwrap()
-                    .to_owned();
-                own.split_whitespace().skip(8).any(|range| {
-                    let (low, high) = range.split_once('-').unwrap_or((range, range));
-                    let (low, high): (u16, u16) = (low.parse().unwrap(), high.parse().unwrap());
-                    (low..=high).contains(&slot)
-                })
-            })
-            .unwrap()
+        support::redis::master_of(&self.ports(), key)
     }
 
     fn kill(&mut self, port: u16) {
@@ -493,14 +486,7 @@ async fn a_master_restarted_on_its_port_is_decided_on_again_and_exactly() {
     // Tagged keys: the driver's bucket, the counter and its timer all on
     // one master.
     let master = cluster.node_of("{k}");
-    assert!(limiter.acquire("{k}", &cfg).await.unwrap().allowed);
-    assert!(
-        counter
-            .increment_if_below("{k}", 60, 1, 5)
-            .await
-            .unwrap()
-            .counted
-    );
+    counted_once(&limiter, &counter, &cfg).await;
     cluster.kill(master);
     cluster.start_again(master);
     let back = Instant::now();
@@ -538,14 +524,7 @@ async fn a_master_back_after_the_cluster_failed_is_decided_on_again_and_exactly(
     // Tagged keys: the driver's bucket, the counter and its timer all on
     // one master.
     let master = cluster.node_of("{k}");
-    assert!(limiter.acquire("{k}", &cfg).await.unwrap().allowed);
-    assert!(
-        counter
-            .increment_if_below("{k}", 60, 1, 5)
-            .await
-            .unwrap()
-            .counted
-    );
+    counted_once(&limiter, &counter, &cfg).await;
     cluster.kill(master);
     let other = cluster.ports().into_iter().find(|&p| p != master).unwrap();
     wait_for("the cluster to fail", Duration::from_secs(15), || {
@@ -774,14 +753,7 @@ async fn a_master_back_on_another_port_is_reached_there_without_a_restart() {
     let cfg = SlidingWindowConfig::new(5, Duration::from_secs(60));
     // A seed that is not the node moved: the URL still names its old port.
     let master = cluster.node_of("{k}");
-    assert!(limiter.acquire("{k}", &cfg).await.unwrap().allowed);
-    assert!(
-        counter
-            .increment_if_below("{k}", 60, 1, 5)
-            .await
-            .unwrap()
-            .counted
-    );
+    counted_once(&limiter, &counter, &cfg).await;
     let new_port = cluster.move_node(master);
     assert_eq!(cluster.node_of("{k}"), new_port);
     let back = Instant::now();

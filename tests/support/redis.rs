@@ -358,28 +358,9 @@ impl RedisCluster {
         Some(cluster)
     }
 
-    /// The port of the master that holds `key`'s slot, by `CLUSTER KEYSLOT`
-    /// and each node's own slot ranges (`CLUSTER NODES`, the `myself` line).
+    /// The port of the master that holds `key`'s slot.
     pub fn node_of(&self, key: &str) -> u16 {
-        let port = self.nodes[0].1;
-        let reply = raw_command(port, &format!("CLUSTER KEYSLOT {key}")).unwrap();
-        let slot: u16 = reply.trim().trim_start_matches(':').parse().unwrap();
-        self.ports()
-            .into_iter()
-            .find(|&node| {
-                let nodes = raw_command(node, "CLUSTER NODES").unwrap();
-                let own = nodes
-                    .lines()
-                    .find(|l| l.contains("myself"))
-                    .unwrap()
-                    .to_owned();
-                own.split_whitespace().skip(8).any(|range| {
-                    let (low, high) = range.split_once('-').unwrap_or((range, range));
-                    let (low, high): (u16, u16) = (low.parse().unwrap(), high.parse().unwrap());
-                    (low..=high).contains(&slot)
-                })
-            })
-            .unwrap_or_else(|| panic!("no node holds slot {slot}"))
+        master_of(&self.ports(), key)
     }
 
     /// The process id of the node on `port`.
@@ -440,4 +421,29 @@ pub async fn set_for_a_minute(
         .query_async(conn)
         .await
         .unwrap();
+}
+
+/// The port, among the nodes on `ports`, of the master that holds `key`'s
+/// slot, by `CLUSTER KEYSLOT` and each node's own slot ranges (`CLUSTER
+/// NODES`, the `myself` line).
+pub fn master_of(ports: &[u16], key: &str) -> u16 {
+    let reply = raw_command(ports[0], &format!("CLUSTER KEYSLOT {key}")).unwrap();
+    let slot: u16 = reply.trim().trim_start_matches(':').parse().unwrap();
+    ports
+        .iter()
+        .copied()
+        .find(|&node| {
+            let nodes = raw_command(node, "CLUSTER NODES").unwrap();
+            let own = nodes
+                .lines()
+                .find(|l| l.contains("myself"))
+                .unwrap()
+                .to_owned();
+            own.split_whitespace().skip(8).any(|range| {
+                let (low, high) = range.split_once('-').unwrap_or((range, range));
+                let (low, high): (u16, u16) = (low.parse().unwrap(), high.parse().unwrap());
+                (low..=high).contains(&slot)
+            })
+        })
+        .unwrap_or_else(|| panic!("no node holds slot {slot}"))
 }
