@@ -141,36 +141,31 @@ async fn a_laravel_redis_url_with_its_password_in_redis_password_boots() {
 // A Host whose brackets hold no IPv6 address nor IPvFuture is a bad request.
 #[tokio::test]
 async fn a_host_whose_brackets_hold_no_ip_literal_is_a_bad_request() {
-    use std::time::Duration;
     use support::http::TestServer;
     use suprnova::{HttpResponse, Request, Router};
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     let router = Router::new().get("/", |_req: Request| async { HttpResponse::text("hi") });
     let server = TestServer::start(router).await;
     let addr = server.addr();
     let answer = |host: &'static str| async move {
-        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         let head = format!("GET / HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-        stream.write_all(head.as_bytes()).await.unwrap();
-        let mut answer = String::new();
-        tokio::time::timeout(Duration::from_secs(5), stream.read_to_string(&mut answer))
-            .await
-            .expect("an answer within 5 s")
-            .unwrap();
-        answer
+        let (_, answer) = support::h1::one_answer(addr, head).await;
+        let answer = answer.expect("an answer");
+        (
+            answer.status,
+            String::from_utf8_lossy(&answer.body).into_owned(),
+        )
     };
     // RFC 3986: an IP literal is an IPv6 address or an IPvFuture
     // (`v<hex>.<text>`), nothing else.
     for host in ["[::1]", "[::1]:8080", "[v1.x]"] {
-        let answer = answer(host).await;
-        assert!(answer.starts_with("HTTP/1.1 200 "), "{host:?}: {answer:?}");
+        assert_eq!(answer(host).await, (200, "hi".to_owned()), "{host:?}");
     }
     for host in ["[zz]", "[example.com]", "[example.com]:80", "[10.0.0.1]"] {
-        let answer = answer(host).await;
+        let (status, body) = answer(host).await;
         assert!(
-            answer.starts_with("HTTP/1.1 400 ") && answer.ends_with("invalid Host header\n"),
-            "{host:?}: {answer:?}"
+            status == 400 && body.ends_with("invalid Host header\n"),
+            "{host:?}: {status} {body:?}"
         );
     }
     server.stop().await;
