@@ -280,10 +280,11 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
     // window; one with a time to live keeps it, and nothing is removed: it
     // cannot be told from one callers of the new window filled between the
     // two calls, and one the ended window left full would otherwise refuse
-    // this whole window.
+    // this whole window. (A count of 0 is a counter at 0, or none, which
+    // the step that adds 0 would write: it is asked whether it exists.)
     if opened && outcome.counted {
         store.expire_at_least(count.key, count.ttl()).await?;
-    } else if opened && outcome.count != 0 {
+    } else if opened && (outcome.count != 0 || store.has(count.key).await?) {
         store
             .increment_if_below(count.key, count.decay_seconds, 0, i64::MAX)
             .await?;
