@@ -279,7 +279,18 @@ fn redis_config(env: &Env) -> Result<RedisConfig, ConfigError> {
         // Laravel merges the URL over the connection's settings: what a
         // node's URL leaves out, its credentials or (one node) its
         // database, the connection's variables give.
-        let credentials = credentials(env)?;
+        let credentials = (
+            env.laravel_secret("REDIS_USERNAME")?,
+            env.laravel_secret("REDIS_PASSWORD")?,
+        );
+        // A username alone is refused where a node would take it: one
+        // whose URL names no password. The URL's own credentials win.
+        if credentials.0.is_some()
+            && credentials.1.is_none()
+            && !nodes.urls.iter().all(|node| names_password(node))
+        {
+            return Err(lone_username());
+        }
         let database = (!nodes.cluster && nodes.urls.len() == 1).then_some(database);
         for node in &mut nodes.urls {
             *node = merged_over_connection(node, &credentials, database);
@@ -459,16 +470,35 @@ fn credentials(env: &Env) -> Result<(Option<String>, Option<String>), ConfigErro
     let user = env.laravel_secret("REDIS_USERNAME")?;
     let password = env.laravel_secret("REDIS_PASSWORD")?;
     if user.is_some() && password.is_none() {
-        return Err(ConfigError::Invalid {
-            variable: "REDIS_USERNAME".to_owned(),
-            value: "***".to_owned(),
-            reason: "a username needs REDIS_PASSWORD too (Redis takes a username only with \
-                     its password); set REDIS_PASSWORD, or unset REDIS_USERNAME to be the \
-                     default user"
-                .to_owned(),
-        });
+        return Err(lone_username());
     }
     Ok((user, password))
+}
+
+/// The refusal of a `REDIS_USERNAME` without `REDIS_PASSWORD`.
+#[cfg(feature = "redis")]
+fn lone_username() -> ConfigError {
+    ConfigError::Invalid {
+        variable: "REDIS_USERNAME".to_owned(),
+        value: "***".to_owned(),
+        reason: "a username needs REDIS_PASSWORD too (Redis takes a username only with \
+                 its password); set REDIS_PASSWORD, or unset REDIS_USERNAME to be the \
+                 default user"
+            .to_owned(),
+    }
+}
+
+/// Whether a node's URL names its password (a socket's as `?pass=`); one
+/// that does not parse names none.
+#[cfg(feature = "redis")]
+fn names_password(node: &str) -> bool {
+    ::redis::parse_redis_url(node).is_some_and(|url| {
+        if is_socket_scheme(url.scheme()) {
+            url.query_pairs().any(|(name, _)| name == "pass")
+        } else {
+            url.password().is_some()
+        }
+    })
 }
 
 /// `text` as a URL's user information writes it: every byte but ASCII
