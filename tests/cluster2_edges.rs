@@ -353,21 +353,7 @@ impl Restartable {
 
     /// Joins the nodes in a cluster, and waits until it is ok.
     fn create(&self) {
-        let addresses: Vec<String> = self
-            .ports()
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect();
-        let status = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
+        support::redis::create_cluster(&self.ports());
         self.wait_ok();
     }
 

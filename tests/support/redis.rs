@@ -339,17 +339,7 @@ impl RedisCluster {
                 return None;
             }
         }
-        let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
-        let status = Command::new("redis-cli")
-            .arg("--cluster")
-            .arg("create")
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("run redis-cli --cluster create (install redis-tools)");
-        assert!(status.success(), "redis-cli --cluster create failed");
+        create_cluster(&ports);
         for &port in &ports {
             wait_until("the cluster to be ok", Duration::from_secs(20), || {
                 raw_command(port, "CLUSTER INFO").is_some_and(|r| r.contains("cluster_state:ok"))
@@ -446,4 +436,20 @@ pub fn master_of(ports: &[u16], key: &str) -> u16 {
             })
         })
         .unwrap_or_else(|| panic!("no node holds slot {slot}"))
+}
+
+/// Joins the nodes on `ports` into a cluster of masters only, the slots
+/// shared between them (`redis-cli --cluster create`).
+pub fn create_cluster(ports: &[u16]) {
+    let addresses: Vec<String> = ports.iter().map(|p| format!("127.0.0.1:{p}")).collect();
+    let status = Command::new("redis-cli")
+        .arg("--cluster")
+        .arg("create")
+        .args(&addresses)
+        .args(["--cluster-replicas", "0", "--cluster-yes"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .expect("run redis-cli --cluster create (install redis-tools)");
+    assert!(status.success(), "redis-cli --cluster create failed");
 }
