@@ -38,15 +38,13 @@ use std::error::Error;
 
 use suprnova::bootstrap::bootstrap;
 use suprnova::cache::CacheConfig;
-use suprnova::config::{Env, load_dotenv};
+use suprnova::config::Env;
 use suprnova::middleware::register_middleware_alias_with_args;
 use suprnova::{HttpResponse, Limit, RateLimiter, Request, Router, ThrottleRequestsMiddleware};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    common::init_logging();
-
-    load_dotenv()?;
+    common::load_dotenv_and_log()?;
     // A Laravel application keeps its throttle counters in its Redis cache.
     let env = Env::process()
         .with_default("APP_ENV", "local")

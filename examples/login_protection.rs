@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use suprnova::bootstrap::bootstrap;
-use suprnova::config::{Env, load_dotenv};
+use suprnova::config::Env;
 use suprnova::container::App;
 use suprnova::rate_limit::{
     BackendErrorPolicy, RateLimitMiddleware, RateLimiterDriver, SlidingWindowConfig, identity_key,
@@ -49,8 +49,7 @@ const BODY_CAP: usize = 4096;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    common::init_logging_to_stderr();
-    load_dotenv()?;
+    common::load_dotenv_and_log_to_stderr()?;
     let env = Env::process().with_default("APP_ENV", "local");
     let summary = bootstrap(&env).await?;
     println!("booted: {summary}");

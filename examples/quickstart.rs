@@ -46,7 +46,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use suprnova::bootstrap::bootstrap;
-use suprnova::config::{Env, load_dotenv};
+use suprnova::config::Env;
 use suprnova::container::App;
 use suprnova::middleware::register_middleware_alias_with_args;
 use suprnova::rate_limit::{
@@ -73,8 +73,12 @@ const LOGIN_PER_ACCOUNT: SlidingWindowConfig =
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    common::init_logging();
-    match run().await {
+    // `.env` before the log is set up: it may set RUST_LOG.
+    let started = match common::load_dotenv_and_log() {
+        Ok(()) => run().await,
+        Err(refusal) => Err(refusal.into()),
+    };
+    match started {
         Ok(()) => ExitCode::SUCCESS,
         Err(refusal) => {
             // The whole message, on stderr, before anything listens: it
@@ -103,10 +107,9 @@ async fn run() -> Result<(), Box<dyn Error>> {
     Ok(())
 }
 
-/// `.env` (when present) under the process environment, with `APP_ENV`
+/// The process environment, `.env` loaded into it, with `APP_ENV`
 /// defaulting to `local`.
 fn load_env() -> Result<Env, Box<dyn Error>> {
-    load_dotenv()?;
     if Env::process().get("APP_ENV").is_none() {
         tracing::info!(
             "APP_ENV is unset: the quickstart boots as local (the library alone would boot as \

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use suprnova::RateLimiter;
 use suprnova::bootstrap::bootstrap;
-use suprnova::config::{Env, load_dotenv};
+use suprnova::config::Env;
 use suprnova::container::App;
 use suprnova::rate_limit::{RateLimiterDriver, SlidingWindowConfig};
 
@@ -56,7 +56,7 @@ const WINDOW: SlidingWindowConfig = SlidingWindowConfig::new(100, Duration::from
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    common::init_logging_to_stderr();
+    common::load_dotenv_and_log_to_stderr()?;
     let env = cluster_env()?;
     let replicas = boot_replicas(&env).await?;
     sliding_window(&replicas).await?;
@@ -67,7 +67,6 @@ async fn main() -> Result<(), Box<dyn Error>> {
 /// The process environment (and `.env`), with the driver and the cache
 /// store on the cluster unless they are set.
 fn cluster_env() -> Result<Env, Box<dyn Error>> {
-    load_dotenv()?;
     let env = Env::process();
     let Some(url) = env.get("RATE_LIMIT_REDIS_URL") else {
         return Err(

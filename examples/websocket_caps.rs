@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use suprnova::bootstrap::bootstrap;
-use suprnova::config::{Env, load_dotenv};
+use suprnova::config::Env;
 use suprnova::rate_limit::{ConnectionsPerIp, RateLimitMiddleware};
 use suprnova::ws::{Message, WebSocket, WebSocketHandler};
 use suprnova::{HttpResponse, Router, async_trait, ws};
@@ -60,8 +60,7 @@ type Client = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn Error>> {
-    common::init_logging_to_stderr();
-    load_dotenv()?;
+    common::load_dotenv_and_log_to_stderr()?;
     let summary = bootstrap(&Env::process().with_default("APP_ENV", "local")).await?;
     println!("booted: {summary}");
 

@@ -394,7 +394,6 @@ fn redis_url_refusals_name_the_variable_and_hide_the_password() {
         "redis://cache.internal:-1",
         "redis://::1:6379",
         "redis://[::1:6379",
-        "REDIS://cache.internal:6379",
         "\"redis://cache.internal:6379\"",
         "redis://0.0.0.0:6379",
         "redis://cache.internal:6379/x",
@@ -413,6 +412,8 @@ fn redis_url_refusals_name_the_variable_and_hide_the_password() {
     }
     assert!(RedisConfig::from_url("redis://[::1]:6379/15").is_ok());
     assert!(RedisConfig::from_url("redis://u%40x:p%2Cw@cache.internal:6379").is_ok());
+    // A scheme is read in any case (RFC 3986, 3.1).
+    assert!(RedisConfig::from_url("REDIS://cache.internal:6379").is_ok());
 }
 
 // ---- the cache store's credentials, and Laravel's words for its prefixes ----------

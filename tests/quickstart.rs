@@ -319,7 +319,7 @@ async fn on_redis_the_same_routes_refuse_the_same_way_in_production() {
     let log = app.log();
     let booted = format!(
         "rate limiting ready: environment=production driver=redis redis={url} (answering) \
-         cache=redis trusted_proxies=none"
+         cache=redis cache_redis={url}/1 (answering) trusted_proxies=none"
     );
     assert!(
         log.contains(&booted),

@@ -3,6 +3,7 @@
 
 use super::variables::{RATE_LIMIT_ALLOW_MEMORY_IN_PRODUCTION, RATE_LIMIT_DRIVER};
 use crate::config::ConfigError;
+use crate::config::credentials::redact_credentials;
 
 /// What `RATE_LIMIT_DRIVER` asks for, before the environment is considered.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -54,6 +55,9 @@ pub(crate) fn unrecognised(value: &str) -> String {
     } else {
         String::new()
     };
+    // A Redis URL written here by mistake is shown with its credentials
+    // hidden, as in the variables meant for it.
+    let value = redact_credentials(value);
     format!(
         "{RATE_LIMIT_DRIVER}={value:?} is not a driver{hint}: the drivers are memory and redis, \
          spelled exactly"

@@ -30,6 +30,8 @@ impl BootPlan {
         for warning in &self.warnings {
             tracing::warn!("{warning}");
         }
+        #[cfg_attr(not(feature = "redis"), allow(unused_mut))]
+        let (mut cache_redis, mut cache_redis_answered) = (None, None);
         #[cfg(feature = "redis")]
         if let Some(config) = &self.cache.redis {
             // A failure is the cache's, named by its variables, not the
@@ -40,7 +42,8 @@ impl BootPlan {
                 "the cache store's Redis, {} (REDIS_URL, or REDIS_HOST and REDIS_PORT),",
                 config.redacted()
             );
-            redis::check(&store, &subject, &redis::CACHE_FIXES).await?;
+            cache_redis_answered = Some(redis::check(&store, &subject, &redis::CACHE_FIXES).await?);
+            cache_redis = Some(config.redacted());
         }
         let (driver, redis, redis_answered): (Arc<dyn RateLimiterDriver>, _, _) = match &self.driver
         {
@@ -71,6 +74,8 @@ impl BootPlan {
             driver: name,
             redis,
             redis_answered,
+            cache_redis,
+            cache_redis_answered,
             trusted_proxies: self.trusted_proxies.clone(),
             warnings: self.warnings.clone(),
         })

@@ -11,7 +11,7 @@ use crate::http::TrustedProxies;
 /// hidden:
 ///
 /// ```text
-/// environment=production driver=redis redis=redis://***@cache.internal:6379 (answering) cache=redis trusted_proxies=10.0.0.0/8
+/// environment=production driver=redis redis=redis://***@cache.internal:6379 (answering) cache=redis cache_redis=redis://***@cache.internal:6379/1 (answering) trusted_proxies=10.0.0.0/8
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -30,6 +30,13 @@ pub struct BootSummary {
     pub redis_answered: Option<bool>,
     /// The cache store of the Laravel-shape facade: `memory` or `redis`.
     pub cache_store: &'static str,
+    /// The Redis URL(s) of a Redis cache store, with credentials hidden.
+    pub cache_redis: Option<String>,
+    /// For a Redis cache store, whether its Redis answered a `PING` at
+    /// boot, as [`redis_answered`](Self::redis_answered) tells of the
+    /// driver's: when it did not, `throttle:` routes, named limiters and
+    /// the facade follow their backend-error policy until it answers.
+    pub cache_redis_answered: Option<bool>,
     /// The trusted proxies.
     pub trusted_proxies: TrustedProxies,
     /// The warnings logged at boot.
@@ -40,18 +47,29 @@ impl fmt::Display for BootSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "environment={} driver={}", self.environment, self.driver)?;
         if let Some(redis) = &self.redis {
-            write!(f, " redis={redis}")?;
-            match self.redis_answered {
-                Some(true) => f.write_str(" (answering)")?,
-                Some(false) => f.write_str(" (not answering yet)")?,
-                None => {}
-            }
+            write!(f, " redis={redis}{}", answering(self.redis_answered))?;
         }
         write!(f, " cache={}", self.cache_store)?;
+        if let Some(redis) = &self.cache_redis {
+            write!(
+                f,
+                " cache_redis={redis}{}",
+                answering(self.cache_redis_answered)
+            )?;
+        }
         write!(f, " trusted_proxies={}", self.trusted_proxies)?;
         if !self.warnings.is_empty() {
             write!(f, " warnings={}", self.warnings.len())?;
         }
         Ok(())
+    }
+}
+
+/// How the summary tells whether a Redis answered at boot.
+fn answering(answered: Option<bool>) -> &'static str {
+    match answered {
+        Some(true) => " (answering)",
+        Some(false) => " (not answering yet)",
+        None => "",
     }
 }

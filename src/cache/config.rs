@@ -6,13 +6,13 @@ use std::sync::Arc;
 use super::MemoryStore;
 use super::store::{CacheError, Store};
 use crate::clock::{self, SharedClock};
+use crate::config::credentials::redact_credentials;
 use crate::config::{ConfigError, Env};
 use crate::container::App;
 use crate::limiter::CacheRateLimiter;
 #[cfg(feature = "redis")]
 use crate::redis_client::{
-    MAX_DATABASE, RedisConfig, RedisConnection, is_socket_scheme, node_urls, redact_credentials,
-    url_text,
+    MAX_DATABASE, RedisConfig, RedisConnection, is_socket_scheme, node_urls, url_text,
 };
 
 /// Which backend the cache uses.
@@ -207,9 +207,10 @@ fn store_kind(env: &Env) -> Result<CacheStoreKind, ConfigError> {
     match raw.as_str() {
         "memory" | "array" => Ok(CacheStoreKind::Memory),
         "redis" => Ok(CacheStoreKind::Redis),
+        // A Redis URL written here by mistake: its credentials hidden.
         _ => Err(ConfigError::Invalid {
             variable: variable.to_owned(),
-            value: raw,
+            value: redact_credentials(&raw),
             reason: "expected memory, array or redis, in lowercase (the other Laravel stores are not available)".to_owned(),
         }),
     }
@@ -404,21 +405,24 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
     let port = env
         .number_in("REDIS_PORT", 1..=u64::from(u16::MAX), "a port")?
         .unwrap_or(6379);
+    // A refusal quotes the value as written (a URL written here by mistake
+    // with its credentials hidden), not what it became below.
+    let written = redact_credentials(&host);
     let (scheme, host) = match host.strip_prefix("tls://") {
         Some(bare) => ("rediss", bare.to_owned()),
         None => ("redis", host),
     };
-    let refuse = |host: &str| ConfigError::Invalid {
+    let refuse = |reason: &str| ConfigError::Invalid {
         variable: "REDIS_HOST".to_owned(),
-        value: host.to_owned(),
-        reason: "expected a host name or an address".to_owned(),
+        value: written.clone(),
+        reason: reason.to_owned(),
     };
     // A name outside ASCII in the form DNS looks up (`bücher.example` is
     // `xn--bcher-kva.example`): a `redis://` URL would percent-encode it.
     let host = if host.is_ascii() {
         host
     } else {
-        idna::domain_to_ascii(&host).map_err(|_| refuse(&host))?
+        idna::domain_to_ascii(&host).map_err(|_| refuse("expected a host name or an address"))?
     };
     // An IPv6 address (`::1` as phpredis takes it, written in brackets in
     // a URL, or `[::1]`), or a name or an IPv4 address: any other
@@ -437,12 +441,7 @@ fn url_from_parts(env: &Env, database: u64) -> Result<String, ConfigError> {
     {
         host.clone()
     } else {
-        return Err(refuse(&host));
-    };
-    let refuse = |reason: &str| ConfigError::Invalid {
-        variable: "REDIS_HOST".to_owned(),
-        value: host.clone(),
-        reason: reason.to_owned(),
+        return Err(refuse("expected a host name or an address"));
     };
     let mut url = ::redis::parse_redis_url(&format!("{scheme}://{in_url}:{port}/{database}"))
         .ok_or_else(|| refuse("expected a host name or an address"))?;

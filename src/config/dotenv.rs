@@ -8,6 +8,7 @@
 //! it reads back exactly.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
@@ -34,7 +35,8 @@ use super::ConfigError;
 ///
 /// [`ConfigError::DotEnv`] when the file cannot be read or a line does not
 /// parse (an unquoted value holding a space, an unclosed quote, a line
-/// without `=`, a NUL byte, text that is not UTF-8, a name to set that starts
+/// without `=`, a NUL byte, text that is not UTF-8, a `${NAME}` of a
+/// process variable whose value is not UTF-8, a name to set that starts
 /// with a digit or `.`, which cannot be set here). The error names
 /// the line and the variable and never shows a value; no variable is set.
 ///
@@ -55,7 +57,7 @@ pub fn load_dotenv() -> Result<Option<PathBuf>, ConfigError> {
     };
     let content = std::fs::read(&path)
         .map_err(|e| ConfigError::DotEnv(format!("{}: {e}", path.display())))?;
-    let entries = parse(&content, &|name| std::env::var(name).ok())
+    let entries = parse(&content, &|name| std::env::var_os(name))
         .map_err(|e| ConfigError::DotEnv(e.to_string()))?;
     let fresh = to_set(entries, |name| std::env::var_os(name).is_some());
     set(&fresh).map_err(|e| ConfigError::DotEnv(e.to_string()))?;
@@ -109,6 +111,7 @@ enum Reason {
     NulByte,
     NameNotSettable,
     NotPassed,
+    ReferenceNotUtf8,
 }
 
 impl fmt::Display for Reason {
@@ -129,6 +132,9 @@ impl fmt::Display for Reason {
                 "a name that starts with a digit or `.`, which cannot be set here; start it with a letter or `_`"
             }
             Reason::NotPassed => "a value that could not be passed to the process environment",
+            Reason::ReferenceNotUtf8 => {
+                "a `${NAME}` of a variable whose value in the process is not UTF-8; set it in UTF-8"
+            }
         })
     }
 }
@@ -226,7 +232,7 @@ fn name_of_bytes(line: &[u8]) -> Option<String> {
 /// line gave NAME.
 fn parse(
     content: &[u8],
-    process: &dyn Fn(&str) -> Option<String>,
+    process: &dyn Fn(&str) -> Option<OsString>,
 ) -> Result<Vec<Entry>, LineError> {
     let content = content.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(content);
     let lines = split_lines(content);
@@ -268,10 +274,19 @@ fn parse(
             reader.feed("\n").map_err(fail)?;
             reader.feed(more).map_err(fail)?;
         }
+        // A process value wins even when it is not UTF-8, which no value
+        // read here can take in: the line is refused, not given the file's.
         let value = reader
             .finish()
             .map_err(fail)?
-            .resolve(|name| process(name).or_else(|| earlier.get(name).cloned()));
+            .resolve(|name| match process(name) {
+                Some(found) => found
+                    .into_string()
+                    .map(Some)
+                    .map_err(|_| Reason::ReferenceNotUtf8),
+                None => Ok(earlier.get(name).cloned()),
+            })
+            .map_err(fail)?;
         if value.contains('\0') {
             return Err(fail(Reason::NulByte));
         }
@@ -376,17 +391,20 @@ impl ValueReader {
 
     /// The value, each `${NAME}` that `lookup` gives a value replaced by it;
     /// the replacing text is not read again.
-    fn resolve(self, lookup: impl Fn(&str) -> Option<String>) -> String {
+    fn resolve(
+        self,
+        lookup: impl Fn(&str) -> Result<Option<String>, Reason>,
+    ) -> Result<String, Reason> {
         let mut value = self.value;
         for &at in self.references.iter().rev() {
             let Some((len, name)) = reference_at(&value[at..]) else {
                 continue;
             };
-            if let Some(found) = lookup(name) {
+            if let Some(found) = lookup(name)? {
                 value.replace_range(at..at + len, &found);
             }
         }
-        value
+        Ok(value)
     }
 }
 
@@ -521,9 +539,11 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        parse(content.as_bytes(), &|name| process.get(name).cloned())
-            .map(|entries| entries.into_iter().map(|e| (e.name, e.value)).collect())
-            .map_err(|e| e.to_string())
+        parse(content.as_bytes(), &|name| {
+            process.get(name).map(OsString::from)
+        })
+        .map(|entries| entries.into_iter().map(|e| (e.name, e.value)).collect())
+        .map_err(|e| e.to_string())
     }
 
     fn pairs(list: &[(&str, &str)]) -> Result<Vec<(String, String)>, String> {

@@ -4,6 +4,7 @@
 //!
 //! Every error names the variable, the value it refused and what to do.
 
+pub(crate) mod credentials;
 mod dotenv;
 mod env;
 mod environment;

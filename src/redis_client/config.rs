@@ -8,6 +8,8 @@ use ::redis::IntoConnectionInfo;
 use crate::bootstrap::variables::{
     RATE_LIMIT_REDIS_CONNECT_TIMEOUT_MS, RATE_LIMIT_REDIS_TIMEOUT_MS,
 };
+pub(crate) use crate::config::credentials::{is_socket_scheme, redact_credentials};
+use crate::config::credentials::{scheme_of, split_urls, starts_with_scheme};
 use crate::config::{ConfigError, Env};
 
 /// Where Redis is and how long to wait for it.
@@ -64,11 +66,6 @@ const NODE_SCHEMES: [&str; 4] = ["redis", "rediss", "unix", "redis+unix"];
 /// The last database `SELECT` takes: Redis reads its argument as a 32-bit
 /// signed number, and refuses any past it.
 pub(crate) const MAX_DATABASE: i64 = i32::MAX as i64;
-
-/// Whether `scheme` names a node on this host's Unix socket.
-pub(crate) fn is_socket_scheme(scheme: &str) -> bool {
-    matches!(scheme, "unix" | "redis+unix")
-}
 
 /// A Redis URL that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -266,15 +263,22 @@ pub(crate) struct NodeUrls {
 /// The node URLs of `url`, a value in one of [`RedisConfig`]'s forms.
 pub(crate) fn node_urls(url: &str) -> NodeUrls {
     let url = url.trim();
-    let (scheme, rest) = if let Some(rest) = url.strip_prefix("redis+cluster://") {
+    // A scheme is read in any case (RFC 3986, 3.1), as Laravel's and the
+    // Redis client's own parsing read it.
+    let after = |prefix: &str| {
+        url.get(..prefix.len())
+            .filter(|head| head.eq_ignore_ascii_case(prefix))
+            .map(|_| &url[prefix.len()..])
+    };
+    let (scheme, rest) = if let Some(rest) = after("redis+cluster://") {
         ("redis://", rest)
-    } else if let Some(rest) = url.strip_prefix("rediss+cluster://") {
+    } else if let Some(rest) = after("rediss+cluster://") {
         ("rediss://", rest)
     } else {
         return NodeUrls {
             urls: split_urls(url)
                 .into_iter()
-                .map(|u| u.trim().to_owned())
+                .map(|u| with_lowercase_scheme(u.trim()))
                 .collect(),
             cluster: false,
             hidden: 0,
@@ -298,6 +302,15 @@ pub(crate) fn node_urls(url: &str) -> NodeUrls {
             .rposition(|host| host.contains('@'))
             .unwrap_or(0),
     }
+}
+
+/// `url` with its scheme, before `://`, in lowercase.
+fn with_lowercase_scheme(url: &str) -> String {
+    if !starts_with_scheme(url) {
+        return url.to_owned();
+    }
+    let scheme = scheme_of(url);
+    format!("{}{}", scheme.to_ascii_lowercase(), &url[scheme.len()..])
 }
 
 /// The refusal of `part`, shown with its credentials hidden, or as its
@@ -401,36 +414,6 @@ fn cluster_mismatch(infos: &[::redis::ConnectionInfo]) -> Option<(usize, &'stati
     })
 }
 
-/// The URLs of a comma-separated list: a comma starts a new URL only where
-/// a scheme and `://` follow it, so a comma in a password stays in its URL.
-fn split_urls(urls: &str) -> Vec<&str> {
-    let mut pieces = Vec::new();
-    let mut start = 0;
-    for (comma, _) in urls.match_indices(',') {
-        if starts_with_scheme(urls[comma + 1..].trim_start()) {
-            pieces.push(&urls[start..comma]);
-            start = comma + 1;
-        }
-    }
-    pieces.push(&urls[start..]);
-    pieces
-}
-
-/// Whether `text` starts with a URL scheme and `://`.
-fn starts_with_scheme(text: &str) -> bool {
-    text.find("://").is_some_and(|end| {
-        end > 0
-            && text[..end]
-                .bytes()
-                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-'))
-    })
-}
-
-/// The scheme of a URL, before `://`; empty when it has none.
-fn scheme_of(url: &str) -> &str {
-    url.split_once("://").map_or("", |(scheme, _)| scheme)
-}
-
 /// The value of the URL variable `name`, as [`Env::text`] reads it, with a
 /// refusal that shows the value with its credentials hidden.
 pub(crate) fn url_text(env: &Env, name: &str) -> Result<Option<String>, ConfigError> {
@@ -446,71 +429,6 @@ pub(crate) fn url_text(env: &Env, name: &str) -> Result<Option<String>, ConfigEr
         },
         other => other,
     })
-}
-
-/// A URL, or a comma-separated list of them, with each one's credentials
-/// replaced by `***`: the user and password before `@`, and a Unix socket
-/// URL's `user=` and `pass=`. Works on a value that does not parse, for
-/// the error that refuses it.
-pub(crate) fn redact_credentials(urls: &str) -> String {
-    split_urls(urls)
-        .into_iter()
-        .map(|url| {
-            let trimmed = url.trim_start();
-            format!(
-                "{}{}",
-                &url[..url.len() - trimmed.len()],
-                redact_one(trimmed)
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
-/// Whether `text` holds a `?` with a `=` after it: a query pair, which a
-/// password written in a URL's user part would hold only by chance.
-fn query_pair_before(text: &str) -> bool {
-    text.split_once('?')
-        .is_some_and(|(_, after)| after.contains('='))
-}
-
-fn redact_one(url: &str) -> String {
-    // A socket's credentials are in its query, where a password may hold an
-    // `@`; a TCP URL's are before its host, where a password may hold a `?`.
-    let userinfo_ends = if is_socket_scheme(scheme_of(url)) {
-        url.find('?').unwrap_or(url.len())
-    } else {
-        url.len()
-    };
-    let shown = match (url.find("://"), url[..userinfo_ends].rfind('@')) {
-        // A query pair before the `@`: the `@` may be a query value's (a
-        // password given as `?password=a@b`), and what follows it a
-        // secret's tail.
-        (Some(start), Some(at)) if at > start && query_pair_before(&url[start + 3..at]) => {
-            format!("{}***", &url[..start + 3])
-        }
-        (Some(start), Some(at)) if at > start => {
-            format!("{}***{}", &url[..start + 3], &url[at..])
-        }
-        // A URL whose `://` is mistyped or missing: all before the `@` may
-        // be credentials.
-        (_, Some(at)) if query_pair_before(&url[..at]) => "***".to_owned(),
-        (_, Some(at)) => format!("***{}", &url[at..]),
-        _ => url.to_owned(),
-    };
-    let Some((before, query)) = shown.split_once('?') else {
-        return shown;
-    };
-    // Every value but the two that hold no secret: a password may come in
-    // a pair that is not read (`?password=`), which the refusal names.
-    let query: Vec<String> = query
-        .split('&')
-        .map(|pair| match pair.split_once('=') {
-            Some(("db" | "protocol", _)) | None => pair.to_owned(),
-            Some((name, _)) => format!("{name}=***"),
-        })
-        .collect();
-    format!("{before}?{}", query.join("&"))
 }
 
 #[cfg(test)]
@@ -596,39 +514,6 @@ mod tests {
         assert_eq!(
             socket.redacted(),
             "unix:///run/redis.sock?db=2&user=***&pass=***"
-        );
-    }
-
-    #[test]
-    fn credentials_are_hidden_in_every_node_of_a_value_that_may_not_parse() {
-        assert_eq!(
-            redact_credentials("redis://u:p@a:1, rediss://:secret@b:2,c:3"),
-            "redis://***@a:1, rediss://***@b:2,c:3"
-        );
-        assert_eq!(redact_credentials("localhost:6379"), "localhost:6379");
-        // A password holding the other form's separator hides in full.
-        assert_eq!(
-            redact_credentials("unix:///run/redis.sock?pass=se@cret&db=1"),
-            "unix:///run/redis.sock?pass=***&db=1"
-        );
-        assert_eq!(
-            redact_credentials("redis://app:se?cret@h:6379"),
-            "redis://***@h:6379"
-        );
-        // An `@` in a query value: the host is not told from the secret.
-        assert_eq!(
-            redact_credentials("redis://h:6379/?password=ad@min"),
-            "redis://***"
-        );
-        assert_eq!(redact_credentials("h:6379/?password=ad@min"), "***");
-        // A comma in a password does not start another URL.
-        assert_eq!(
-            redact_credentials("redis://app:pa,s3cret@h:6379,redis://v:q,r@b:1"),
-            "redis://***@h:6379,redis://***@b:1"
-        );
-        assert_eq!(
-            redact_credentials("redis+cluster://app:pa,s3cret@a:7000,b:7001"),
-            "redis+cluster://***@a:7000,b:7001"
         );
     }
 
