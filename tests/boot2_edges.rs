@@ -1,36 +1,22 @@
 //! Boot and configuration: the values each variable is refused with, as
-//! the refusal quotes them; `.env` references to variables of the process;
-//! the examples' log filter read from `.env`; and a few readings of odd
+//! the refusal quotes them; the summary of the cache store's Redis; the
+//! examples' log filter read from `.env`; and a few readings of odd
 //! spellings.
 //!
 //! No test sets a variable of its own process: plans are read from pairs,
-//! and `.env` is loaded in a process of its own.
+//! and the example runs in a process of its own.
 
 #![cfg(feature = "redis")]
 
 mod support;
 
-use std::collections::HashMap;
-use std::ffi::OsStr;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use support::boot::{env, plan, refusal};
-use suprnova::bootstrap::BootPlan;
+use support::boot::{cache_nodes, env, plan, refusal};
 use suprnova::bootstrap::bootstrap;
-use suprnova::cache::{CacheConfig, CacheStoreKind};
-use suprnova::config::{Env, load_dotenv};
+use suprnova::cache::CacheStoreKind;
 use suprnova::container::App;
-
-/// The cache store's node URLs for `vars` (with `CACHE_STORE=redis`), or
-/// the refusal's text.
-fn cache_nodes(vars: &[(&str, &str)]) -> Result<Vec<String>, String> {
-    let mut all = vec![("CACHE_STORE", "redis")];
-    all.extend_from_slice(vars);
-    CacheConfig::from_env(&env(&all))
-        .map(|config| config.redis.unwrap().nodes().to_vec())
-        .map_err(|error| error.to_string())
-}
 
 // ---- the value a refusal quotes ------------------------------------------
 
@@ -211,101 +197,6 @@ async fn the_summary_says_when_the_cache_stores_redis_does_not_answer() {
     assert!(
         line.contains("not answering"),
         "the summary says nothing of the cache store's Redis: {line}"
-    );
-}
-
-// ---- .env, loaded in a process of its own ----------------------------------
-
-/// Set in the environment of a process that runs one test of this binary
-/// again, to boot from the `.env` of its working directory.
-const CHILD: &str = "SUPRNOVA_BOOT_EDGES_CHILD";
-
-/// The start of each line a child prints about its boot.
-const MARK: &str = "BOOTED.";
-
-/// In a child process: loads `.env`, plans from the process environment,
-/// prints what it read, and says so; elsewhere `false`.
-fn child_prints_its_boot() -> bool {
-    if std::env::var_os(CHILD).is_none() {
-        return false;
-    }
-    let plan = load_dotenv()
-        .map_err(|e| e.to_string())
-        .and_then(|_| BootPlan::from_env(&Env::process()).map_err(|e| e.to_string()));
-    match plan {
-        Ok(plan) => println!("{MARK}trusted_proxies={}", plan.trusted_proxies),
-        Err(refused) => println!("{MARK}refused={refused:?}"),
-    }
-    true
-}
-
-/// Runs test `name` of this binary again in a directory whose `.env` is
-/// `dotenv`, with only `vars` in its environment, and returns what it
-/// printed about its boot.
-fn boot_in_child(name: &str, dotenv: &[u8], vars: &[(&str, &OsStr)]) -> HashMap<String, String> {
-    let dir =
-        std::env::temp_dir().join(format!("suprnova-boot-edges-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::write(dir.join(".env"), dotenv).unwrap();
-    let mut command = Command::new(std::env::current_exe().unwrap());
-    command
-        .args(["--exact", name, "--test-threads=1", "--nocapture"])
-        .env_clear()
-        .env(CHILD, "1")
-        .current_dir(&dir);
-    for (name, value) in vars {
-        command.env(name, value);
-    }
-    let output = command.output().unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
-    let out = String::from_utf8_lossy(&output.stdout);
-    assert!(output.status.success() && out.contains("1 passed"), "{out}");
-    out.lines()
-        .filter_map(|line| line.find(MARK).map(|at| &line[at + MARK.len()..]))
-        .filter_map(|line| line.split_once('='))
-        .map(|(k, v)| (k.to_owned(), v.to_owned()))
-        .collect()
-}
-
-// `${NAME}` is replaced by the process environment's value, else by an
-// earlier line's: a process value wins even when it is not UTF-8, as it
-// wins over the file's own line of that name. Here the process's `EDGE`
-// is not UTF-8, and the reference took the file's line of `EDGE`, which
-// the process overrides: the proxies trusted are the file's 10.0.0.5,
-// where the value the process gives is refused as it is everywhere else.
-
-#[cfg(unix)]
-#[test]
-fn a_reference_to_a_process_variable_that_is_not_utf8_does_not_take_the_files_value() {
-    use std::os::unix::ffi::OsStrExt;
-    if child_prints_its_boot() {
-        return;
-    }
-    let fields = boot_in_child(
-        "a_reference_to_a_process_variable_that_is_not_utf8_does_not_take_the_files_value",
-        b"APP_ENV=local\nEDGE=10.0.0.5\nAPP_TRUSTED_PROXIES=${EDGE}\n",
-        &[("EDGE", OsStr::from_bytes(b"10.0.0.6\xa0"))],
-    );
-    assert_eq!(fields.get("trusted_proxies"), None, "{fields:?}");
-    assert!(fields.contains_key("refused"), "{fields:?}");
-}
-
-// The same reference to a process variable that is UTF-8 takes the
-// process's value over the file's line.
-#[test]
-fn a_reference_takes_the_process_value_over_the_files_line() {
-    if child_prints_its_boot() {
-        return;
-    }
-    let fields = boot_in_child(
-        "a_reference_takes_the_process_value_over_the_files_line",
-        b"APP_ENV=local\nEDGE=10.0.0.5\nAPP_TRUSTED_PROXIES=\"${EDGE},192.0.2.1\"\n",
-        &[("EDGE", OsStr::new("10.0.0.6"))],
-    );
-    assert_eq!(
-        fields.get("trusted_proxies").map(String::as_str),
-        Some("10.0.0.6,192.0.2.1"),
-        "{fields:?}"
     );
 }
 

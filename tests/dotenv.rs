@@ -378,3 +378,50 @@ fn a_reference_to_an_undefined_variable_is_kept_as_written() {
     assert_eq!(fields["cache_prefix"], "\"${UNDEFINED}_cache_\"");
     assert_eq!(fields["redis_prefix"], "\"${LATER}_db_\"");
 }
+
+/// `${NAME}` is replaced by the process environment's value, else by an
+/// earlier line's; a process value wins over the file's own line of that
+/// name even when it is not UTF-8, which no value read here can take in:
+/// the line that refers to it is refused, naming it, and the file's line
+/// is not taken instead.
+#[cfg(unix)]
+#[test]
+fn a_reference_to_a_process_variable_that_is_not_utf8_does_not_take_the_files_value() {
+    use std::os::unix::ffi::OsStrExt;
+    if child_prints_its_boot() {
+        return;
+    }
+    let fields = boot_in_child(
+        "a_reference_to_a_process_variable_that_is_not_utf8_does_not_take_the_files_value",
+        b"APP_ENV=local\nEDGE=10.0.0.5\nAPP_TRUSTED_PROXIES=${EDGE}\n",
+        &[("EDGE", OsStr::from_bytes(b"10.0.0.6\xa0"))],
+    );
+    assert_eq!(
+        fields.get("refused").map(String::as_str),
+        Some(
+            "\"could not load .env: line 3, APP_TRUSTED_PROXIES: a `${NAME}` of a variable \
+             whose value in the process is not UTF-8; set it in UTF-8 (the value is not \
+             shown)\""
+        ),
+        "{fields:?}"
+    );
+}
+
+/// The same reference to a process variable that is UTF-8 takes the
+/// process's value over the file's line.
+#[test]
+fn a_reference_takes_the_process_value_over_the_files_line() {
+    if child_prints_its_boot() {
+        return;
+    }
+    let fields = boot_in_child(
+        "a_reference_takes_the_process_value_over_the_files_line",
+        b"APP_ENV=local\nEDGE=10.0.0.5\nAPP_TRUSTED_PROXIES=\"${EDGE},192.0.2.1\"\n",
+        &[("EDGE", OsStr::new("10.0.0.6"))],
+    );
+    assert_eq!(
+        fields.get("trusted_proxies").map(String::as_str),
+        Some("10.0.0.6,192.0.2.1"),
+        "{fields:?}"
+    );
+}

@@ -7,14 +7,13 @@ mod support;
 
 use std::time::Duration;
 
-use suprnova::cache::CacheConfig;
 use suprnova::redis_client::{RedisConfig, RedisConnection};
 use suprnova::ws::{CLOSE_TIMEOUT, Message, WebSocket, WebSocketHandler};
 use suprnova::{async_trait, ws};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 
-use support::boot::env;
+use support::boot::cache_nodes;
 use support::http::TestServer;
 use support::redis::RedisServer;
 use support::ws_frames::*;
@@ -397,15 +396,6 @@ async fn a_close_code_no_endpoint_may_send_is_not_sent() {
 
 // ---- REDIS_HOST outside ASCII, and credentials ---------------------------------
 
-/// The node URLs `vars` give the cache, or the refusal's text.
-fn nodes_of(vars: &[(&str, &str)]) -> Result<Vec<String>, String> {
-    let mut all = vec![("CACHE_STORE", "redis")];
-    all.extend_from_slice(vars);
-    CacheConfig::from_env(&env(&all))
-        .map(|config| config.redis.unwrap().nodes().to_vec())
-        .map_err(|error| error.to_string())
-}
-
 // A host outside ASCII is its IDNA form, with TLS too, in any case, and in
 // full-width letters; one that holds a '#' or a ':' is refused naming
 // REDIS_HOST.
@@ -422,13 +412,13 @@ fn a_host_outside_ascii_is_its_idna_form_and_a_bad_one_is_refused() {
     ];
     for (host, want) in cases {
         assert_eq!(
-            nodes_of(&[("REDIS_HOST", host)]),
+            cache_nodes(&[("REDIS_HOST", host)]),
             Ok(vec![want.to_owned()]),
             "{host}"
         );
     }
     for host in ["bücher#x.example", "bücher.example:6380", "bü cher.example"] {
-        let refused = nodes_of(&[("REDIS_HOST", host)]).unwrap_err();
+        let refused = cache_nodes(&[("REDIS_HOST", host)]).unwrap_err();
         assert!(refused.contains("REDIS_HOST"), "{host}: {refused}");
     }
 }
@@ -438,20 +428,21 @@ fn a_host_outside_ascii_is_its_idna_form_and_a_bad_one_is_refused() {
 #[test]
 fn a_username_alone_is_refused_for_a_host_and_a_socket() {
     for host in ["cache.internal", "/var/run/redis/redis.sock"] {
-        let refused = nodes_of(&[("REDIS_HOST", host), ("REDIS_USERNAME", "appuser")]).unwrap_err();
+        let refused =
+            cache_nodes(&[("REDIS_HOST", host), ("REDIS_USERNAME", "appuser")]).unwrap_err();
         assert!(refused.contains("REDIS_PASSWORD"), "{host}: {refused}");
         assert!(!refused.contains("appuser"), "{host}: {refused}");
     }
     // A username Laravel's env() reads as none is no username.
     for none in ["", "null", "(null)", "empty", "false"] {
-        let taken = nodes_of(&[("REDIS_HOST", "cache.internal"), ("REDIS_USERNAME", none)]);
+        let taken = cache_nodes(&[("REDIS_HOST", "cache.internal"), ("REDIS_USERNAME", none)]);
         assert_eq!(
             taken,
             Ok(vec!["redis://cache.internal:6379/1".to_owned()]),
             "REDIS_USERNAME={none:?}"
         );
     }
-    let taken = nodes_of(&[
+    let taken = cache_nodes(&[
         ("REDIS_HOST", "cache.internal"),
         ("REDIS_USERNAME", "appuser"),
         ("REDIS_PASSWORD", "p#ss"),

@@ -2,6 +2,8 @@
 //! of its own process.
 
 use suprnova::bootstrap::BootPlan;
+#[cfg(feature = "redis")]
+use suprnova::cache::CacheConfig;
 use suprnova::config::{ConfigError, Env};
 
 /// The variables `pairs`, and no other.
@@ -20,4 +22,15 @@ pub fn refusal(pairs: &[(&str, &str)]) -> String {
         Ok(plan) => panic!("{pairs:?} booted: {plan:?}"),
         Err(e) => e.to_string(),
     }
+}
+
+/// The cache store's node URLs for `vars` (with `CACHE_STORE=redis`), or
+/// the refusal's text.
+#[cfg(feature = "redis")]
+pub fn cache_nodes(vars: &[(&str, &str)]) -> Result<Vec<String>, String> {
+    let mut all = vec![("CACHE_STORE", "redis")];
+    all.extend_from_slice(vars);
+    CacheConfig::from_env(&env(&all))
+        .map(|config| config.redis.unwrap().nodes().to_vec())
+        .map_err(|error| error.to_string())
 }
