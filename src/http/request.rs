@@ -118,8 +118,10 @@ impl Request {
         &self.parts.uri
     }
 
-    /// The path, without the query string, as the client sent it (as
-    /// Laravel's `path()` gives it, escapes and all). Not for a bucket key:
+    /// The path, without the query string, as the client sent it, escapes
+    /// and all (as Laravel's `getPathInfo()` gives it; its `path()` also
+    /// takes the `/` off both ends, `users/1` for `/users/1/`). Not for a
+    /// bucket key:
     /// `/reports/`, `//reports` and `/%72eports` reach the route `/reports`
     /// each with a path of its own, so a limit keyed on it would count each
     /// spelling apart; key a per-path limit on
