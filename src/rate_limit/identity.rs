@@ -24,10 +24,13 @@ use crate::keys::{percent_decoded, sha256_hex};
 /// are read as RFC 2046 and RFC 7578 write them and as multer (the parser
 /// under axum's `Multipart`) reads them, every reading counting: from the
 /// first boundary at the body's start or after a line break, and from the
-/// first `--<boundary>` anywhere; a part named `field` by its parameters or
-/// by multer's reading of its `Content-Disposition` (`name=email x`); and
-/// its value as UTF-8 and as `Field::text()` decodes it, by the `charset`
-/// of the part's `Content-Type` and a byte order mark. Each value is
+/// first `--<boundary>` anywhere; a part's headers up to their blank line
+/// (a line among them that opens with `--<boundary>` included) and its
+/// value up to the next `\r\n--<boundary>` after them; a part named
+/// `field` by its parameters or by multer's reading of its
+/// `Content-Disposition` (`name=email x`); and its value as UTF-8 and as
+/// `Field::text()` decodes it, by the `charset` of the part's
+/// `Content-Type` and a byte order mark. Each value is
 /// trimmed (whitespace, and what Laravel's `TrimStrings` trims besides: a
 /// byte order mark, U+200B and U+200E), put in Unicode normal form C,
 /// case-folded and put in normal form C again, an address's domain written
@@ -496,12 +499,19 @@ fn openings(body: &[u8], delimiter: &[u8]) -> Vec<usize> {
 }
 
 /// The values of the parts named `field` of `body` from `opened`, where it
-/// opens with its first `--<boundary>` line, split by `delimiter`
-/// (`\r\n--<boundary>`). A part is named `field` when its
-/// `Content-Disposition` names it by any reading: its parameters as RFC
-/// 7578 writes them ([`parameter`]), or multer's ([`multer_name`]). Each
-/// value is read as text by each reading a handler may make of it
-/// ([`part_texts`]), unless `read` shows the part read already.
+/// opens with its first `--<boundary>` line, each part read as multer and
+/// RFC 2046 read it: its headers up to the first blank line, whatever lines
+/// they hold (one that opens with `--<boundary>` is a header like any
+/// other), then its value up to the next `delimiter` (`\r\n--<boundary>`),
+/// looked for only after the headers, so a value that opens with
+/// `--<boundary>` is read whole. After the delimiter comes `--` (the close
+/// delimiter, the last part) or spaces and tabs and a CRLF before the next
+/// part; anything else after it is read as the next part as well. A part
+/// is named `field` when its `Content-Disposition` names it by any
+/// reading: its parameters as RFC 7578 writes them ([`parameter`]), or
+/// multer's ([`multer_name`]). Each value is read as text by each reading a
+/// handler may make of it ([`part_texts`]), unless `read` shows the part
+/// read already.
 fn parts_values(
     body: &[u8],
     opened: usize,
@@ -514,34 +524,38 @@ fn parts_values(
     let Some(mut rest) = find(from, b"\r\n").map(|end| &from[end + 2..]) else {
         return ControlFlow::Continue(());
     };
-    loop {
-        let part_ends = find(rest, delimiter).unwrap_or(rest.len());
-        let part = &rest[..part_ends];
-        if let Some(headers_end) = find(part, b"\r\n\r\n") {
-            let headers = String::from_utf8_lossy(&part[..headers_end]);
-            let named = part_headers(&headers, "content-disposition").any(|value| {
-                value
-                    .split(';')
-                    .filter_map(|param| parameter(param, "name"))
-                    .any(|name| name == field)
-                    || multer_name(value).is_some_and(|name| name == field)
-            });
-            // The part's place in the body: the same part found by
-            // another split or opening is not read again.
-            let place = (body.len() - rest.len(), part.len());
-            if named && read.insert(place) {
-                part_texts(&headers, &part[headers_end + 4..])
-                    .into_iter()
-                    .try_for_each(&mut *sink)?;
-            }
+    // Each pass reads one part, from its headers to the delimiter after
+    // its value, so the body is scanned once.
+    while let Some(headers_end) = find(rest, b"\r\n\r\n") {
+        let value = &rest[headers_end + 4..];
+        let value_ends = find(value, delimiter).unwrap_or(value.len());
+        let headers = String::from_utf8_lossy(&rest[..headers_end]);
+        let named = part_headers(&headers, "content-disposition").any(|disposition| {
+            disposition
+                .split(';')
+                .filter_map(|param| parameter(param, "name"))
+                .any(|name| name == field)
+                || multer_name(disposition).is_some_and(|name| name == field)
+        });
+        // The part's place in the body: the same part found by another
+        // split or opening is not read again.
+        let place = (body.len() - rest.len(), headers_end + 4 + value_ends);
+        if named && read.insert(place) {
+            part_texts(&headers, &value[..value_ends])
+                .into_iter()
+                .try_for_each(&mut *sink)?;
         }
-        if part_ends + delimiter.len() >= rest.len() {
+        let Some(after) = value.get(value_ends + delimiter.len()..) else {
+            break;
+        };
+        if after.starts_with(b"--") {
             break;
         }
-        rest = &rest[part_ends + delimiter.len()..];
-        if rest.starts_with(b"--") {
-            break;
-        }
+        let padding = after
+            .iter()
+            .take_while(|b| matches!(b, b' ' | b'\t'))
+            .count();
+        rest = &after[padding..];
         rest = rest.strip_prefix(b"\r\n").unwrap_or(rest);
     }
     ControlFlow::Continue(())
@@ -1055,6 +1069,23 @@ victim@example.com\r\n\
         // RFC 2046's reading opens at the second part, multer's at the
         // first: both find the second, which is read once.
         assert_eq!(labelled(body, label, "email"), vec!["a@x", "b@x"]);
+    }
+
+    #[test]
+    fn a_part_s_headers_run_to_the_blank_line_and_its_value_to_the_delimiter() {
+        let label = Some("multipart/form-data; boundary=b");
+        // A header line that opens with the boundary is a header.
+        let body = b"--b\r\nContent-Disposition: form-data; name=\"email\"\r\n--b-x: y\r\n\r\n\
+v@x\r\n--b--\r\n";
+        assert_eq!(labelled(body, label, "email"), vec!["v@x"]);
+        // A value that opens with the boundary is read whole.
+        let body =
+            b"--b\r\nContent-Disposition: form-data; name=\"email\"\r\n\r\n--b@x\r\n--b--\r\n";
+        assert_eq!(labelled(body, label, "email"), vec!["--b@x"]);
+        // Spaces and tabs may follow a delimiter before its CRLF.
+        let body = b"--b\r\nContent-Disposition: form-data; name=\"x\"\r\n\r\n1\r\n--b \t\r\n\
+Content-Disposition: form-data; name=\"email\"\r\n\r\nv@x\r\n--b--\r\n";
+        assert_eq!(labelled(body, label, "email"), vec!["v@x"]);
     }
 
     #[test]
