@@ -26,7 +26,9 @@ use crate::config::{ConfigError, Env};
 /// | `redis+cluster://a:7000` (or `rediss+cluster://`) | a Redis Cluster, given by one or more seed nodes |
 ///
 /// The database is a number from 0 to 2147483647, the last `SELECT` takes:
-/// one outside (`/-1`) is refused, and so is port 0.
+/// one outside (`/-1`), or that is not a number (`/x`, `?db=`), is refused,
+/// and so is a port outside 1 to 65535. A socket's path is at most what a
+/// socket address holds: 107 bytes on Linux, 103 on macOS and the BSDs.
 ///
 /// TLS (`rediss://`) checks the server's certificate against the public web
 /// roots (Mozilla's, built in); `#insecure`, which would skip the check, is
@@ -66,6 +68,17 @@ const NODE_SCHEMES: [&str; 4] = ["redis", "rediss", "unix", "redis+unix"];
 /// The last database `SELECT` takes: Redis reads its argument as a 32-bit
 /// signed number, and refuses any past it.
 pub(crate) const MAX_DATABASE: i64 = i32::MAX as i64;
+
+/// The longest path a Unix socket address holds, in bytes: its `sun_path`
+/// (108 bytes on Linux, 104 on macOS and the BSDs) less the NUL that ends
+/// the path.
+#[cfg(any(target_os = "linux", target_os = "android"))]
+const MAX_SOCKET_PATH: usize = 107;
+/// The longest path a Unix socket address holds, in bytes: its `sun_path`
+/// (108 bytes on Linux, 104 on macOS and the BSDs) less the NUL that ends
+/// the path.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+const MAX_SOCKET_PATH: usize = 103;
 
 /// A Redis URL that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -125,6 +138,18 @@ impl RedisConfig {
                      unix:///run/redis/redis.sock",
                 ));
             }
+            // Read before the client parses the URL, whose own words for a
+            // port past 65535 ("did not parse") or a database that is not
+            // a number do not say what is wrong.
+            if !is_socket_scheme(scheme) && port_out_of_range(node, scheme) {
+                return Err(refuse("the port is a number from 1 to 65535"));
+            }
+            if database_out_of_range(node, is_socket_scheme(scheme)) {
+                return Err(refuse(
+                    "the database is a number from 0 to 2147483647 (/N after the host, or ?db=N \
+                     after a socket's path)",
+                ));
+            }
             let info = node
                 .as_str()
                 .into_connection_info()
@@ -167,24 +192,23 @@ impl RedisConfig {
                     is_socket_scheme(scheme),
                 )));
             }
-            if let ::redis::ConnectionAddr::Tcp(host, port)
-            | ::redis::ConnectionAddr::TcpTls { host, port, .. } = info.addr()
-            {
-                if host.is_empty() {
+            match info.addr() {
+                ::redis::ConnectionAddr::Tcp(host, _)
+                | ::redis::ConnectionAddr::TcpTls { host, .. }
+                    if host.is_empty() =>
+                {
                     return Err(refuse("it names no host"));
                 }
-                if *port == 0 {
-                    return Err(refuse("the port is a number from 1 to 65535"));
+                // A longer path is refused by every connect ("path must be
+                // shorter than SUN_LEN"): each call would fail for good.
+                ::redis::ConnectionAddr::Unix(path) if path.as_os_str().len() > MAX_SOCKET_PATH => {
+                    return Err(refuse(&format!(
+                        "a Unix socket's path is at most {MAX_SOCKET_PATH} bytes, all a socket \
+                         address holds; this one has {}",
+                        path.as_os_str().len()
+                    )));
                 }
-            }
-            // redis-rs reads the database as a 64-bit signed number: one
-            // below 0 or past SELECT's range parses, and Redis then refuses
-            // every connection's SELECT.
-            if !(0..=MAX_DATABASE).contains(&info.redis_settings().db()) {
-                return Err(refuse(
-                    "the database is a number from 0 to 2147483647 (/N after the host, or ?db=N \
-                     after a socket's path)",
-                ));
+                _ => {}
             }
             infos.push(info);
         }
@@ -325,6 +349,63 @@ fn refusal(part: &str, hidden: bool, reason: &str) -> RedisUrlError {
         url,
         reason: reason.to_owned(),
     }
+}
+
+/// Whether the port of `node`, a TCP URL of `scheme`, is not one from 1 to
+/// 65535: 0, which the URL parser takes, or a number past 65535, which it
+/// refuses, so that the whole URL does not parse. Read in the text then, as
+/// the parser reads it: the digits after the last `:` of the authority
+/// (past the userinfo's `@` and an IPv6 address's `]`), without the tabs
+/// and newlines it drops.
+fn port_out_of_range(node: &str, scheme: &str) -> bool {
+    if let Some(url) = ::redis::parse_redis_url(node) {
+        return url.port() == Some(0);
+    }
+    let authority = node[scheme.len() + 3..]
+        .split(['/', '?', '#'])
+        .next()
+        .unwrap_or_default();
+    let host = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, host)| host);
+    let port = match host.rsplit_once(']') {
+        Some((_, after)) => after.strip_prefix(':'),
+        None => host.rsplit_once(':').map(|(_, port)| port),
+    };
+    let Some(port) = port else {
+        return false;
+    };
+    let digits: String = port
+        .chars()
+        .filter(|c| !matches!(c, '\t' | '\n' | '\r'))
+        .collect();
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && !digits.parse::<u16>().is_ok_and(|port| port != 0)
+}
+
+/// Whether `node` names a database `SELECT` does not take: one that is not
+/// a number, or one outside 0 to [`MAX_DATABASE`]. The database is read
+/// as the client reads it: the path after a host without its `/`s, the
+/// last `?db=` after a socket's path. The client would refuse one that is
+/// not a 64-bit number in its own words, and take one below 0 or past
+/// `SELECT`'s range, which Redis then refuses on every connection.
+fn database_out_of_range(node: &str, socket: bool) -> bool {
+    let Some(url) = ::redis::parse_redis_url(node) else {
+        return false;
+    };
+    let database = if socket {
+        url.query_pairs()
+            .filter(|(name, _)| name == "db")
+            .last()
+            .map(|(_, db)| db.into_owned())
+    } else {
+        Some(url.path().trim_matches('/').to_owned()).filter(|path| !path.is_empty())
+    };
+    database.is_some_and(|db| {
+        !db.parse::<i64>()
+            .is_ok_and(|db| (0..=MAX_DATABASE).contains(&db))
+    })
 }
 
 /// The name of the first pair in `node`'s query that the connection does
@@ -503,6 +584,59 @@ mod tests {
         }
         assert!(RedisConfig::from_url("redis://127.0.0.1:6379/0").is_ok());
         assert!(RedisConfig::from_url("redis://127.0.0.1:6379/2147483647").is_ok());
+    }
+
+    #[test]
+    fn a_port_outside_its_range_or_a_database_not_a_number_gets_its_reason() {
+        let reason = |url: &str| RedisConfig::from_url(url).unwrap_err().reason;
+        for url in [
+            "redis://h:0",
+            "redis://h:65536",
+            "rediss://u:p@h:99999999999999999999/0",
+            "redis://[::1]:70000",
+            "redis+cluster://a:7000,b:65536",
+        ] {
+            assert_eq!(reason(url), "the port is a number from 1 to 65535", "{url}");
+        }
+        assert!(RedisConfig::from_url("redis://[::1]:65535").is_ok());
+        assert_ne!(
+            reason("redis://h:notaport"),
+            "the port is a number from 1 to 65535"
+        );
+        for url in [
+            "redis://h:6379/x",
+            "redis://h:6379/1/2",
+            "redis://h:6379/%31",
+            "unix:///run/redis.sock?db=",
+            "unix:///run/redis.sock?db=1&db=x",
+        ] {
+            assert_eq!(
+                reason(url),
+                "the database is a number from 0 to 2147483647 (/N after the host, or ?db=N after a socket's path)",
+                "{url}"
+            );
+        }
+        assert!(RedisConfig::from_url("redis://h:6379/2/").is_ok());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_socket_path_longer_than_a_socket_address_holds_is_refused() {
+        let path = |len: usize| format!("/{}", "s".repeat(len - 1));
+        let longest = path(MAX_SOCKET_PATH);
+        assert!(std::os::unix::net::SocketAddr::from_pathname(&longest).is_ok());
+        assert!(RedisConfig::from_url(&format!("unix://{longest}")).is_ok());
+        let too_long = path(MAX_SOCKET_PATH + 1);
+        assert!(std::os::unix::net::SocketAddr::from_pathname(&too_long).is_err());
+        let refused = RedisConfig::from_url(&format!("unix://{too_long}?db=1")).unwrap_err();
+        assert_eq!(
+            refused.reason,
+            format!(
+                "a Unix socket's path is at most {MAX_SOCKET_PATH} bytes, all a socket address \
+                 holds; this one has {}",
+                MAX_SOCKET_PATH + 1
+            )
+        );
     }
 
     #[test]

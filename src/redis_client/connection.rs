@@ -19,7 +19,9 @@ pub enum RedisBackendError {
     /// Redis answered with an error, or the connection failed.
     #[error("redis: {0}")]
     Redis(#[from] ::redis::RedisError),
-    /// Redis did not answer within the configured timeouts.
+    /// Redis did not answer in time: the time waited is the call's
+    /// deadline (the connect and response timeouts together), or the
+    /// connection's own response or connect timeout when that fired first.
     #[error("redis did not answer within {0:?}")]
     Timeout(Duration),
 }
@@ -35,7 +37,8 @@ pub enum RedisBackendError {
 /// does not stop boot. Every call waits at most
 /// `connect_timeout + response_timeout` and then fails with
 /// [`RedisBackendError::Timeout`], so a dead or hung Redis never hangs a
-/// request.
+/// request; one that gives up sooner, when the connection's own response
+/// (or connect) timeout passes, reports that timeout.
 ///
 /// A connection that cannot serve any more is replaced by a new one, which
 /// the next call connects: after a call that found no answer in time (a
@@ -88,6 +91,11 @@ struct SingleNode {
     /// lock only then.
     refusing: AtomicBool,
 }
+
+/// The longest a call's deadline is waited for: about 30 years, as
+/// `tokio::time::timeout` bounds a wait too long for an `Instant` (a
+/// timeout given as `Duration::MAX`).
+const FAR_FUTURE: Duration = Duration::from_secs(86_400 * 365 * 30);
 
 /// How often a connection whose setup Redis refused is tried again: the
 /// calls in between are answered that refusal at once, so that a setup
@@ -438,6 +446,20 @@ impl RedisConnection {
         .await
     }
 
+    /// The timeout that a call which gave up on the connection's own
+    /// timeout after `waited` waited out: the longest of the response and
+    /// connect timeouts that `waited` covers (redis-rs gives up on an answer
+    /// after the one, on a connect attempt after the other), or `waited`
+    /// itself, in whole milliseconds, when it covers neither (a call that
+    /// joined a connect already under way).
+    fn waited_out(&self, waited: Duration) -> Duration {
+        [self.config.response_timeout, self.config.connect_timeout]
+            .into_iter()
+            .filter(|timeout| *timeout <= waited)
+            .max()
+            .unwrap_or_else(|| Duration::from_millis(waited.as_millis() as u64))
+    }
+
     /// What a call is about to use.
     fn in_use(&self) -> Used<'_> {
         match &self.inner {
@@ -463,6 +485,10 @@ impl RedisConnection {
             return Err(RedisBackendError::from(refusal));
         }
         let used = self.in_use();
+        // The start is read once, as `timeout` would read it: a call that
+        // fails tells from it which timeout it waited out, and one that
+        // succeeds pays nothing more.
+        let started = tokio::time::Instant::now();
         let attempts = async {
             let mut redirected = 0_u32;
             loop {
@@ -496,7 +522,7 @@ impl RedisConnection {
                 }
             }
         };
-        match tokio::time::timeout(deadline, attempts).await {
+        match tokio::time::timeout_at(started + deadline.min(FAR_FUTURE), attempts).await {
             Ok(Ok(answer)) => {
                 if let Used::Single(node, _) = &used {
                     node.served();
@@ -527,10 +553,10 @@ impl RedisConnection {
             }
             Ok(Err(e)) if needs_a_new_connection(&e) => {
                 used.replace();
-                // The connection's own response timeout can fire before
-                // ours: report both as a timeout.
+                // The connection's own timeout fired before the deadline:
+                // reported as a timeout too, of the time it waited.
                 Err(if e.is_timeout() {
-                    RedisBackendError::Timeout(deadline)
+                    RedisBackendError::Timeout(self.waited_out(started.elapsed()))
                 } else {
                     RedisBackendError::from(e)
                 })
