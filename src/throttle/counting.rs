@@ -15,7 +15,8 @@ use crate::limiter::{CacheRateLimiter, Limit, cleaned, seconds_until};
 pub(super) enum Admission {
     /// Go on. Each limit's count, in the order of the limits: the count
     /// this request's increment returned, or, for a limit that counts after
-    /// the response, the count read before the handler.
+    /// the response, the count read before the handler (which
+    /// [`count_after`] replaces after it).
     Admitted(OneOrMore<i64>),
     /// Answer with this refusal.
     Refused(HttpResponse),
@@ -136,30 +137,47 @@ fn by_bucket(limits: &[Limit], order: Vec<usize>) -> Vec<Vec<usize>> {
 /// Counts the request against each limit with an [`after`](Limit::after)
 /// callback that accepts `response`, and records the counts left in the
 /// store (0 for a window of no time that keeps no count, as Laravel's
-/// `retriesLeft` reads it). The increments run concurrently. A bucket
-/// that filled up meanwhile is not pushed past its maximum; the response
-/// is already made.
+/// `retriesLeft` reads it). With `read_uncounted`, each `after` limit whose
+/// callback turns the response down is read again, as Laravel's
+/// `retriesLeft` reads it after the response: requests counted in its
+/// bucket while the handler ran count in what it reports. (The caller
+/// passes `false` when it reads every bucket again anyway.) The increments
+/// and reads run concurrently. A bucket that filled up meanwhile is not
+/// pushed past its maximum; the response is already made. A throttle with
+/// no `after` limit asks the store nothing here.
 pub(super) async fn count_after(
     limiter: &CacheRateLimiter,
     limits: &[Limit],
     counts: &mut [i64],
     response: &HttpResponse,
+    read_uncounted: bool,
 ) -> Result<(), CacheError> {
-    let accepted: Vec<usize> = (0..limits.len())
-        .filter(|&i| !limits[i].counts_before_response() && limits[i].counts(response))
+    // Each `after` limit to ask the store about, and whether it counts.
+    let after: Vec<(usize, bool)> = (0..limits.len())
+        .filter(|&i| !limits[i].counts_before_response())
+        .map(|i| (i, limits[i].counts(response)))
+        .filter(|&(_, counted)| counted || read_uncounted)
         .collect();
-    if accepted.is_empty() {
+    if after.is_empty() {
         return Ok(());
     }
-    // Counted as a request is before its response: the count left in the
-    // store, which a window of no time keeps none of.
-    let outcomes = try_join_all(accepted.iter().map(|&i| {
+    let found = try_join_all(after.iter().map(|&(i, counted)| {
         let limit = &limits[i];
-        limiter.take_or_window_end(&limit.key, limit.decay_seconds, 1, limit.max_attempts)
+        async move {
+            if !counted {
+                return limiter.attempts(&limit.key).await;
+            }
+            // Counted as a request is before its response: the count left
+            // in the store, which a window of no time keeps none of.
+            let (outcome, _) = limiter
+                .take_or_window_end(&limit.key, limit.decay_seconds, 1, limit.max_attempts)
+                .await?;
+            Ok(outcome.count)
+        }
     }))
     .await?;
-    for (i, (outcome, _)) in accepted.into_iter().zip(outcomes) {
-        counts[i] = outcome.count;
+    for ((i, _), count) in after.into_iter().zip(found) {
+        counts[i] = count;
     }
     Ok(())
 }

@@ -81,7 +81,10 @@ pub const DEFAULT_DECAY_SECONDS: i64 = 60;
 /// bucket (it reads its buckets again when an inner limit has reported),
 /// as Laravel reads every bucket after the response; so are the counts of
 /// a handler that counted or cleared through [`RateLimiter`] on its own
-/// task (the buckets are read again after it). A refusal is a
+/// task (the buckets are read again after it), and the bucket of an
+/// [`after`](Limit::after) limit whose callback turns the response down
+/// (read again after the response, with the requests counted in it while
+/// the handler ran). A refusal is a
 /// `429 Too Many Attempts.` with `X-RateLimit-Limit`,
 /// `X-RateLimit-Remaining: 0`, `Retry-After` (whole seconds until the
 /// second the window's timer holds, at least 1, as Laravel counts them: up
@@ -97,9 +100,9 @@ pub const DEFAULT_DECAY_SECONDS: i64 = 60;
 /// [`BackendErrorPolicy`]: [`FailOpen`](BackendErrorPolicy::FailOpen) (the
 /// default) lets the request through without rate-limit headers,
 /// [`FailClosed`](BackendErrorPolicy::FailClosed) answers `503` with
-/// `Retry-After: 1`. A failure after the handler ran (counting for an
-/// `after` limit) is logged, and the response goes out without rate-limit
-/// headers.
+/// `Retry-After: 1`. A failure after the handler ran (counting or reading
+/// for an `after` limit) is logged, and the response goes out without
+/// rate-limit headers.
 ///
 /// # Example
 ///
@@ -295,15 +298,17 @@ impl Middleware for ThrottleRequestsMiddleware {
         // have changed these buckets: they are read again then.
         let (mut response, handler_wrote) = watching_writes(next(request)).await;
         let (Ok(reply) | Err(reply)) = &mut response;
-        if let Err(error) = count_after(&limiter, &limits, &mut counts, reply).await {
+        let reported = reported_remaining(reply);
+        // Every bucket is read again below when the handler wrote or an
+        // inner limit reported; else only the `after` limits that did not
+        // count are, which `count_after` reads with its counts.
+        let read_all = handler_wrote || reported.is_some();
+        if let Err(error) = count_after(&limiter, &limits, &mut counts, reply, !read_all).await {
             tracing::warn!(%error, "throttle cache failed after the handler ran; no rate-limit headers");
             return response;
         }
         share_bucket_counts(&limits, &mut counts);
-        let reported = reported_remaining(reply);
-        if (handler_wrote || reported.is_some())
-            && let Err(error) = read_again(&limiter, &limits, &mut counts).await
-        {
+        if read_all && let Err(error) = read_again(&limiter, &limits, &mut counts).await {
             tracing::warn!(%error, "throttle cache failed after the handler ran; headers from the counts before it");
         }
         if let Some((max_attempts, remaining)) = tightest(&limits, &counts) {
