@@ -22,8 +22,21 @@ use crate::limiter::{TIMER_SUFFIX, cleaned};
 /// A request with no address (one made in process, with no peer) gets a
 /// key no other request gets: one shared bucket for all of them would let
 /// one caller use it up and lock the others out.
+///
+/// This is the key of
+/// [`ThrottleRequestsMiddleware::default()`](crate::ThrottleRequestsMiddleware),
+/// Laravel's `$request->user()?->id ?: $request->ip()`: an empty id is no
+/// id there, and the request counts by its address (one bucket `user:`
+/// would be shared by every caller signed in with an empty id). An id `0`,
+/// which PHP's `?:` skips too, is a user here, on purpose: ids are text,
+/// and `0` is as much an id as `1`.
 pub(super) fn caller_key(request: &Request) -> String {
-    if let Some(id) = request.user_id() {
+    caller_key_of(request, request.user_id().filter(|id| !id.is_empty()))
+}
+
+/// [`caller_key`] with `user` as the signed-in user's id.
+fn caller_key_of(request: &Request, user: Option<&str>) -> String {
+    if let Some(id) = user {
         let mut key = String::with_capacity(5 + id.len());
         key.push_str("user:");
         push_clean_proof(&mut key, id, KeyPart::Id);
@@ -40,8 +53,11 @@ pub(super) fn caller_key(request: &Request) -> String {
 /// ([`Request::route_path`]), so that `/login/` and `//login` count with
 /// `/login`, and `/items/1` apart from `/items/2`. As the id, the path
 /// keeps apart what cleaning would make one (`/tags/a%26b`, `/tags/aab`).
+/// A signed-in user counts as a user whatever the id, an empty one
+/// included, as Laravel's `throttle:X,Y` signs a request by its user
+/// whenever `$request->user()` is set (and gives it the user's maximum).
 pub(super) fn caller_on_path_key(request: &Request) -> String {
-    let mut key = caller_key(request);
+    let mut key = caller_key_of(request, request.user_id());
     key.push_str(":path:");
     push_clean_proof(&mut key, &request.route_path(), KeyPart::Path);
     key
@@ -152,6 +168,15 @@ mod tests {
             let guest = request(path, Some("203.0.113.9:1"), None);
             assert_eq!(caller_on_path_key(&guest), key, "{path}");
         }
+    }
+
+    #[test]
+    fn an_empty_id_counts_by_address_under_the_default_key_only() {
+        let empty = request("/a", Some("203.0.113.9:1"), Some(""));
+        assert_eq!(caller_key(&empty), "ip:203.0.113.9");
+        assert_eq!(caller_on_path_key(&empty), "user::path:/a");
+        let zero = request("/a", Some("203.0.113.9:1"), Some("0"));
+        assert_eq!(caller_key(&zero), "user:0");
     }
 
     #[test]

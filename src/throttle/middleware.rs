@@ -156,7 +156,10 @@ impl Default for ThrottleRequestsMiddleware {
     /// 60 requests a minute, for each signed-in user (`user:<id>`) or else
     /// each client address (`ip:<address>`), one bucket across routes: the
     /// shape of Laravel's default `api` limiter,
-    /// `Limit::perMinute(60)->by($request->user()?->id ?: $request->ip())`.
+    /// `Limit::perMinute(60)->by($request->user()?->id ?: $request->ip())`:
+    /// a user signed in with an empty id counts by address, as `?:` makes
+    /// it. Unlike PHP's `?:`, an id `0` is a user's (`user:0`): ids are
+    /// text here, and `0` is one.
     fn default() -> Self {
         Self::from_source(LimitSource::Default)
     }
