@@ -9,8 +9,10 @@
 --          and ARGV[1] as its time to live: a rate-limit window opened and
 --          counted in one step, on one node (a cluster keeps the two keys in
 --          different slots and sends the timer's SET on its own). A counter
---          found full by the call that opens the timer is a leftover of an
---          ended window, and is reset before the count
+--          found full (with no room for the amount: above ARGV[3]) by the
+--          call that opens the timer is a leftover of an ended window, and
+--          is reset before the count when a missing counter has room
+--          (ARGV[3] at least 0); one with room is kept and counted on
 -- ARGV[1]  the time to live, in whole seconds (at least 1), that a counter
 --          without one gets when it counts (a new counter, or one that
 --          INCRBY created without a time to live), and that a counter the
@@ -114,7 +116,9 @@ local room = ARGV[3]
 if opened and current and greater(count_text, room) and not greater('0', room) then
     -- A counter left full by a window whose timer is gone (evicted, or
     -- removed alone): that window has ended, as Laravel's tooManyAttempts
-    -- reads it, and the call that opens the next one counts anew.
+    -- reads a count at or above the maximum (the ceiling less the amount,
+    -- plus one), and the call that opens the next one counts anew. A
+    -- counter with room is counted on, as tooManyAttempts keeps it.
     redis.call('DEL', KEYS[1])
     count_text = '0'
 end

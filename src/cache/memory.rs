@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 
-use super::store::{CacheError, IncrementOutcome, Store, WindowIncrement, decay_ttl};
+use super::store::{CacheError, IncrementOutcome, Store, WindowIncrement, decay_ttl, has_no_room};
 use crate::clock::{self, SharedClock};
 use crate::sharded::{Locked, ShardedMap};
 use crate::sweep::SweepSchedule;
@@ -327,11 +327,12 @@ impl MemoryStore {
     /// full when the timer was just opened may have been filled in the new
     /// window meanwhile. Each counter therefore records the end of the
     /// newest window that counted in it: when this call opened the window,
-    /// one left full by an older window, or by no window at all (written by
-    /// `put`, or made by `increment`), is reset, as Laravel's
-    /// `tooManyAttempts` resets a count whose timer is gone, and one the
-    /// current window filled is not. Under a timer this call did not open,
-    /// no counter is reset.
+    /// one left full (with no room for the amount) by an older window, or
+    /// by no window at all (written by `put`, or made by `increment`), is
+    /// reset, as Laravel's `tooManyAttempts` resets a count whose timer is
+    /// gone, and one the current window filled is not; one with room is
+    /// counted on. Under a timer this call did not open, no counter is
+    /// reset.
     ///
     /// The time is read once, and taken later when another call removed
     /// expired entries after it was read ([`MemoryStore::live`]); when the
@@ -396,10 +397,13 @@ impl MemoryStore {
                     .counted_in()
                     .is_none_or(|counted_in| counted_in < window)
             };
+            // Full: no room for the amount (a count at or above the
+            // maximum the ceiling stands for). One with room is kept and
+            // counted on, as Laravel's `tooManyAttempts` keeps it.
             let left_full = match counter.get() {
                 Some(entry) if leftover(entry) => {
                     let current = entry.value.integer(count.key)?;
-                    !IncrementOutcome::decide(current, count.amount, count.ceiling).counted
+                    has_no_room(current, count.amount, count.ceiling)
                 }
                 _ => false,
             };

@@ -21,4 +21,4 @@ pub use memory::MemoryStore;
 #[cfg(feature = "redis")]
 pub use redis::RedisStore;
 pub use store::{CacheError, IncrementOutcome, Store, WindowIncrement};
-pub(crate) use store::{parse_integer, window_end};
+pub(crate) use store::{has_no_room, parse_integer, window_end};

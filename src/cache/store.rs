@@ -84,6 +84,18 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// live (a new one) gets `decay_seconds` (at least 1); an existing time to
     /// live is kept. When it does not count, the value is left untouched and
     /// the outcome carries it (0 for a missing key).
+    ///
+    /// `ceiling` is the highest value the counter may reach, not a maximum
+    /// of attempts: a count has room for `amount` when
+    /// `count + amount <= ceiling` (exactly, past the end of `i64` too). A
+    /// rate limiter that admits a call while the count is below a maximum
+    /// `max` passes `ceiling = max + amount - 1` (the throttle counts one
+    /// place for each limit of a bucket that way, `attempt` one under
+    /// `max`), so a count with no room for `amount` is one at or above the
+    /// maximum the ceiling stands for, `ceiling - amount + 1`: a full one,
+    /// in Laravel's `tooManyAttempts` words. This method removes no count;
+    /// for a full count whose window has ended, see
+    /// [`increment_in_window`](Store::increment_in_window).
     async fn increment_if_below(
         &self,
         key: &str,
@@ -163,16 +175,24 @@ pub trait Store: fmt::Debug + Send + Sync + 'static {
     /// Redis Cluster the two live on two masters, which may answer in
     /// either order).
     ///
-    /// A counter found full by the call that opens the timer may be a
-    /// leftover of an ended window (its timer expired or was removed alone),
-    /// which Laravel's `tooManyAttempts` resets. A store that can tell it
-    /// from a counter the new window filled resets it and counts from 0:
-    /// the Redis store on one node (its script reads both keys in one
-    /// step) and the memory store (each counter records the newest window
-    /// that counted in it). One that cannot (the provided method, a
-    /// cluster, where the two keys are read apart) must not: between its
-    /// opening of the timer and its read of the counter, the counter may
-    /// have been filled in the new window.
+    /// A counter found full (with no room for `amount`: see
+    /// [`increment_if_below`](Store::increment_if_below)) by the call that
+    /// opens the timer may be a leftover of an ended window (its timer
+    /// expired or was removed alone), which Laravel's `tooManyAttempts`
+    /// resets. A store that can tell it from a counter the new window
+    /// filled resets it and counts from 0, when `amount <= ceiling` (else
+    /// no counter has room, and nothing is removed): the Redis store on one
+    /// node (its script reads both keys in one step) and the memory store
+    /// (each counter records the newest window that counted in it). One
+    /// that cannot (the provided method, a cluster, where the two keys are
+    /// read apart) must not: between its opening of the timer and its read
+    /// of the counter, the counter may have been filled in the new window.
+    /// A counter with room for `amount` is kept and counted on, whatever
+    /// its timer, as Laravel's `tooManyAttempts` keeps a count below the
+    /// maximum: so the one rule, for any amount, is that a leftover is
+    /// reset exactly when it would refuse a call that a missing counter
+    /// admits. (The rate limiter's count in no window follows it too: see
+    /// [`CacheRateLimiter::increment_if_below`](crate::limiter::CacheRateLimiter::increment_if_below).)
     ///
     /// The provided method starts both calls at once, the timer's first: on
     /// one multiplexed connection they travel in one round trip and a
@@ -290,6 +310,15 @@ pub(crate) async fn add_then_increment_if_below<S: Store + ?Sized>(
             .await?;
     }
     Ok(outcome)
+}
+
+/// Whether a counter holding `current` has no room for `amount` under
+/// `ceiling` (`current + amount > ceiling`, exactly): full, as
+/// [`Store::increment_if_below`] reads its ceiling, and, without its
+/// window's timer, a leftover to reset (as the Redis script compares the
+/// count with the ceiling less the amount).
+pub(crate) fn has_no_room(current: i64, amount: i64, ceiling: i64) -> bool {
+    i128::from(current) + i128::from(amount) > i128::from(ceiling)
 }
 
 /// [`Store::increment_in_window_or_window_end`] as two steps: the count,

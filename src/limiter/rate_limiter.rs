@@ -11,7 +11,7 @@ use chrono::{DateTime, Utc};
 use super::clean_key::{clean_rate_limiter_key, cleaned};
 use super::writes_seen::note_write;
 use crate::cache::{
-    CacheError, IncrementOutcome, Store, WindowIncrement, parse_integer, window_end,
+    CacheError, IncrementOutcome, Store, WindowIncrement, has_no_room, parse_integer, window_end,
 };
 use crate::clock::SharedClock;
 
@@ -399,11 +399,20 @@ impl CacheRateLimiter {
     /// decay of 0 opens none: a counter an open window left is counted in,
     /// up to `ceiling`, in one atomic step, and keeps its time to live; a
     /// missing counter stays missing (the call counts when
-    /// `amount <= ceiling`, and the outcome carries `amount`). A counter
-    /// with no room refuses while its timer exists; one at `ceiling` or
-    /// above whose timer is gone is removed, as Laravel's
-    /// `tooManyAttempts` removes it, and the call goes on as on a missing
-    /// counter.
+    /// `amount <= ceiling`, and the outcome carries `amount`).
+    ///
+    /// `ceiling` is the highest the count may reach: a call counts while
+    /// the count is below the maximum `ceiling - amount + 1` (`attempt`
+    /// passes its maximum with an amount of 1; see
+    /// [`Store::increment_if_below`]). A counter with no room for `amount`
+    /// refuses while its timer exists; one whose timer is gone is removed
+    /// when a missing counter would have room (`amount <= ceiling`), as
+    /// Laravel's `tooManyAttempts` removes a count at or above the maximum,
+    /// and the call goes on as on a missing counter. A counter with room
+    /// is kept and counted on, whatever its timer. That one rule holds for
+    /// every amount, in a window that opens (on a Redis Cluster, once the
+    /// count's own time to live has run out: see
+    /// [`Store::increment_in_window`]) as in one that does not.
     pub async fn increment_if_below(
         &self,
         key: &str,
@@ -579,9 +588,11 @@ impl CacheRateLimiter {
     /// (its count reset, or decremented to 0) it is kept, and ends with the
     /// window, as [`count`](Self::count) keeps it. A call that does not count
     /// reads the timer: while it exists, the call refuses and carries the
-    /// end it holds; without it, a counter at `ceiling` or above outlived
-    /// its window and is removed (Laravel's `tooManyAttempts`), and the
-    /// call goes on as on a missing counter.
+    /// end it holds; without it, a counter with no room for `amount`
+    /// (at or above the maximum `ceiling - amount + 1`) outlived its window
+    /// and is removed (Laravel's `tooManyAttempts`), when a missing counter
+    /// would have room, and the call goes on as on a missing counter: the
+    /// rule of a window that opens ([`Store::increment_in_window`]).
     ///
     /// Only the count is atomic: the read of the timer and the removals
     /// that follow it are steps of their own, as Laravel's are. Between
@@ -615,9 +626,11 @@ impl CacheRateLimiter {
             let ends_at = parse_integer(timer.as_str(), &ends_at).ok();
             return Ok(NoWindowCount::kept(outcome, ends_at));
         }
-        if outcome.count < ceiling {
-            // Room below the ceiling, but not for `amount`: Laravel's
-            // `tooManyAttempts` keeps a count below the maximum.
+        if amount > ceiling || !has_no_room(outcome.count, amount, ceiling) {
+            // No counter has room for `amount`, so none is removed; or
+            // this one had room and did not count (a decrement past the
+            // end of `i64`): Laravel's `tooManyAttempts` keeps a count
+            // below the maximum.
             return Ok(NoWindowCount::kept(outcome, None));
         }
         self.store.forget(key).await?;

@@ -386,7 +386,10 @@ pub async fn a_window_count_that_does_not_count_reads_the_window_end(store: &dyn
 /// alone) belongs to an ended window: the count that opens the next window
 /// resets it and counts from 0, as Laravel's `tooManyAttempts` resets it. A
 /// counter under its ceiling is counted on, living at least as long as the
-/// window, and one whose timer is there still refuses.
+/// window, and one whose timer is there still refuses. Full is with no
+/// room for the amount, whatever the amount: under a ceiling of 10, an
+/// amount of 3 resets a count of 8 (at the maximum of 8 the ceiling stands
+/// for) and counts on a count of 7.
 pub async fn a_window_count_resets_a_counter_left_full_without_its_timer(
     store: &dyn Store,
     p: &str,
@@ -437,6 +440,20 @@ pub async fn a_window_count_resets_a_counter_left_full_without_its_timer(
     // One that ends after the window keeps its own time to live.
     let ttl = store.ttl(&under).await.unwrap().unwrap();
     assert!(ttl > Duration::from_secs(295), "{ttl:?}");
+    // Three places at once, under a ceiling of 10.
+    for (name, left, counted) in [("eight", "8", 3), ("seven", "7", 10)] {
+        let (key, timer) = (format!("{p}{name}"), format!("{p}{name}:timer"));
+        store
+            .put(&key, left, Duration::from_secs(300))
+            .await
+            .unwrap();
+        let three = WindowIncrement {
+            amount: 3,
+            ..one_hit_of(&key, &timer, 10)
+        };
+        let found = store.increment_in_window(three).await.unwrap();
+        assert_eq!(found, outcome(true, counted), "{name}");
+    }
 }
 
 /// A plain `increment` or `decrement` of a counter its open window counted
