@@ -15,7 +15,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use support::clock_at;
-use support::http::TestServer;
 use support::redis::{RedisCluster, RedisServer};
 use suprnova::cache::{IncrementOutcome, MemoryStore};
 use suprnova::clock::FakeClock;
@@ -189,42 +188,6 @@ async fn hits_in_no_window_at_once_on_redis() {
     assert_eq!(ones, 200);
     assert_eq!(limiter.attempts("none").await.unwrap(), 0);
     assert_eq!(limiter.available_in("none").await.unwrap(), 0);
-}
-
-/// A named limiter with two limits on one address, on Redis, under a burst
-/// of concurrent requests over real keep-alive connections: exactly the
-/// tighter limit's maximum is admitted, every refusal carries its pair, and
-/// the looser bucket counts only the admitted requests.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burst_on_a_named_limiter_on_redis_admits_exactly_its_tighter_limit() {
-    let redis = RedisServer::start();
-    let app = app_on_redis(&redis.url(), &support::unique_prefix("l2-burst"));
-    app.scope(async {
-        RateLimiter::define("burst", |req| {
-            let ip = req.ip().unwrap_or_else(|| "anon".into());
-            vec![
-                Limit::per_hour(1_000).by(ip.clone()),
-                Limit::per_minute(30).by(ip),
-            ]
-            .into()
-        });
-        let router = ok_routes(&["/burst"]).middleware_named("throttle:burst");
-        let server = TestServer::start(router).await;
-        let replies = support::http::storm(&server, 20, 5, "/burst").await;
-        let admitted = replies.iter().filter(|r| r.status == 200).count();
-        let refused: Vec<_> = replies.iter().filter(|r| r.status == 429).collect();
-        assert_eq!((admitted, refused.len()), (30, 70));
-        for r in &refused {
-            assert_eq!(r.header("x-ratelimit-limit"), Some("30"));
-            assert_eq!(r.header("x-ratelimit-remaining"), Some("0"));
-        }
-        let minute = "burst:127.0.0.1:attempts:30:decay:60";
-        let hour = "burst:127.0.0.1:attempts:1000:decay:3600";
-        assert_eq!(RateLimiter::attempts(minute).await.unwrap(), 30);
-        assert_eq!(RateLimiter::attempts(hour).await.unwrap(), 30);
-        server.stop().await;
-    })
-    .await;
 }
 
 /// A window as long as the numbers go, on Redis (which refuses an expiry

@@ -161,40 +161,58 @@ async fn a_named_limiter_counts_under_its_name_and_keys_on_redis() {
 /// A named limiter with two limits on one address, under a burst of
 /// concurrent requests over real keep-alive connections: exactly the
 /// tighter limit's maximum is admitted, every refusal is a 429 with the
-/// tighter pair, and the looser bucket counts only the admitted requests
-/// (the tighter one, with the fewest places, is counted first, and a
-/// refused request counts in neither).
+/// tighter pair, and the looser bucket, `looser` under `looser_key`,
+/// counts only the admitted requests (the tighter one, with the fewest
+/// places, is counted first, and a refused request counts in neither).
+/// Returns the refusals' `Retry-After` values.
+async fn a_burst_admits_exactly_the_tighter_limit(looser: Limit, looser_key: &str) -> Vec<String> {
+    RateLimiter::define("burst", move |req| {
+        let ip = req.ip().unwrap_or_else(|| "anon".into());
+        vec![looser.clone().by(ip.clone()), Limit::per_minute(30).by(ip)].into()
+    });
+    let router = Router::new()
+        .get("/burst", ok)
+        .middleware_named("throttle:burst");
+    let server = TestServer::start(router).await;
+    let replies = support::http::storm(&server, 20, 5, "/burst").await;
+    let admitted = replies.iter().filter(|r| r.status == 200).count();
+    let refused: Vec<_> = replies.iter().filter(|r| r.status == 429).collect();
+    assert_eq!((admitted, refused.len()), (30, 70));
+    for r in &refused {
+        assert_eq!(r.header("x-ratelimit-limit"), Some("30"));
+        assert_eq!(r.header("x-ratelimit-remaining"), Some("0"));
+    }
+    let minute = "burst:127.0.0.1:attempts:30:decay:60";
+    assert_eq!(RateLimiter::attempts(minute).await.unwrap(), 30);
+    assert_eq!(RateLimiter::attempts(looser_key).await.unwrap(), 30);
+    server.stop().await;
+    refused
+        .iter()
+        .map(|r| r.header("retry-after").unwrap_or_default().to_owned())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_on_a_named_limiter_admits_exactly_its_tighter_limit() {
     let clock = clock_at(12, 0, 0);
     let app = memory_app(&clock);
-    app.scope(async {
-        RateLimiter::define("burst", |req| {
-            let ip = req.ip().unwrap_or_else(|| "anon".into());
-            vec![
-                Limit::per_second(1_000, 1).by(ip.clone()),
-                Limit::per_minute(30).by(ip),
-            ]
-            .into()
-        });
-        let router = Router::new()
-            .get("/burst", ok)
-            .middleware_named("throttle:burst");
-        let server = TestServer::start(router).await;
-        let replies = support::http::storm(&server, 20, 5, "/burst").await;
-        let admitted = replies.iter().filter(|r| r.status == 200).count();
-        let refused: Vec<_> = replies.iter().filter(|r| r.status == 429).collect();
-        assert_eq!((admitted, refused.len()), (30, 70));
-        for r in &refused {
-            assert_eq!(r.header("x-ratelimit-limit"), Some("30"));
-            assert_eq!(r.header("x-ratelimit-remaining"), Some("0"));
-            assert_eq!(r.header("retry-after"), Some("60"));
-        }
-        let minute = "burst:127.0.0.1:attempts:30:decay:60";
-        let second = "burst:127.0.0.1:attempts:1000:decay:1";
-        assert_eq!(RateLimiter::attempts(minute).await.unwrap(), 30);
-        assert_eq!(RateLimiter::attempts(second).await.unwrap(), 30);
-        server.stop().await;
-    })
+    let retry_after = app
+        .scope(a_burst_admits_exactly_the_tighter_limit(
+            Limit::per_second(1_000, 1),
+            "burst:127.0.0.1:attempts:1000:decay:1",
+        ))
+        .await;
+    assert_eq!(retry_after, vec!["60"; 70]);
+}
+
+/// The same on Redis, with an hour's limit as the looser one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_on_a_named_limiter_on_redis_admits_exactly_its_tighter_limit() {
+    let redis = RedisServer::start();
+    let app = app_on_redis(&redis.url(), &unique_prefix("named-burst"));
+    app.scope(a_burst_admits_exactly_the_tighter_limit(
+        Limit::per_hour(1_000),
+        "burst:127.0.0.1:attempts:1000:decay:3600",
+    ))
     .await;
 }
