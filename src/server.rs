@@ -379,7 +379,9 @@ fn bad_request(fault: &'static str) -> HttpResponse {
 ///
 /// The answer is the one the server sends: to a `HEAD`, no content, with
 /// the `Content-Length` of the content a `GET` would have had; `500` for a
-/// handler's `1xx` that is no WebSocket upgrade; `400` for a target the
+/// `1xx` that is no WebSocket upgrade (a handler's is made `500` inside the
+/// route's middleware, as a panic's is, so that a throttle's headers are on
+/// it; a middleware's when it leaves the router); `400` for a target the
 /// server routes no request to (a `CONNECT` with a path, userinfo, `*`
 /// but for `OPTIONS`). The `Host` header is not checked: a request built in
 /// process seldom carries one. Convert it with [`HttpResponse::into_http`]

@@ -142,7 +142,9 @@ impl Limit {
 
     /// Counts a request only when `callback` returns `true` for its
     /// response, for example only failed logins:
-    /// `.after(|r| r.status_code() >= 400)`.
+    /// `.after(|r| r.status_code() >= 400)`. The response of a handler that
+    /// panicked, or answered with a `1xx` that is no WebSocket upgrade, is
+    /// the `500` the client gets.
     pub fn after(
         mut self,
         callback: impl Fn(&HttpResponse) -> bool + Send + Sync + 'static,

@@ -29,16 +29,40 @@ where
     /// future, before it returns one, is answered 500 by the server): a throttle still
     /// counts the request (its `after` callbacks see the 500) and adds its
     /// headers, as Laravel's pipeline turns an exception into a response
-    /// before its throttle sees it.
+    /// before its throttle sees it. So is an answer with a `1xx` status
+    /// that is no WebSocket route's `101`, which cannot be a final answer:
+    /// the route's middleware see the `500` the client gets.
     fn call(&self, request: Request) -> BoxFuture<'static, Response> {
         let fut = self(request);
         Box::pin(async move {
             match AssertUnwindSafe(fut).catch_unwind().await {
-                Ok(answer) => answer.into_response(),
+                Ok(answer) => final_answer(answer.into_response()),
                 Err(_) => Ok(panicked()),
             }
         })
     }
+}
+
+/// A handler's `answer`, or `500` in place of a `1xx` that is no WebSocket
+/// route's `101` (one that carries its upgrade). Any other `1xx` cannot be
+/// a final answer: a `101` that is no WebSocket route's switches to no
+/// protocol (RFC 9110, 15.2.2), and over HTTP/2 an interim HEADERS frame
+/// that ends its stream is malformed (RFC 9113, 8.1), while hyper answers a
+/// `100` or a `103` over HTTP/1 with a `500` of its own, and drops the
+/// connection and the requests pipelined on it. Replaced here, where the
+/// answer is made, rather than when it leaves the router, the route's
+/// middleware see the `500`: a throttle adds its headers to it, and counts
+/// it with its `after` callbacks, as it does a panic's.
+fn final_answer(mut answer: Response) -> Response {
+    let (Ok(response) | Err(response)) = &mut answer;
+    if response.status_code_typed().is_informational() && !crate::ws::carries_upgrade(response) {
+        tracing::error!(
+            status = response.status_code(),
+            "a handler answered with a 1xx status that is no WebSocket upgrade; answering 500"
+        );
+        *response = HttpResponse::internal_server_error();
+    }
+    answer
 }
 
 /// The answer to a request whose handler or middleware panicked.

@@ -536,19 +536,17 @@ async fn response_of(
             let mut answer = chain.await.unwrap_or_else(|short_circuit| short_circuit);
             // The outermost router's answer is the one that goes out: a
             // WebSocket's 101 among them, whose session may start now. Any
-            // other 1xx cannot be a final answer: a 101 that is no
-            // WebSocket route's switches to no protocol (RFC 9110,
-            // 15.2.2), and over HTTP/2 an interim HEADERS frame that ends
-            // its stream is malformed (RFC 9113, 8.1), while hyper answers
-            // a 100 or a 103 over HTTP/1 with a 500 of its own and drops
-            // the connection, and the requests pipelined on it.
+            // other 1xx cannot be a final answer (a handler's was answered
+            // 500 inside the chain already, where its middleware saw the
+            // 500): one a middleware gave, or a `Handler` implemented by
+            // hand, is answered 500 here, past the middleware.
             if outermost
                 && answer.status_code_typed().is_informational()
                 && !crate::ws::confirm_upgrade(&mut answer)
             {
                 tracing::error!(
                     status = answer.status_code(),
-                    "a handler answered with a 1xx status that is no WebSocket upgrade; answering 500"
+                    "a route answered with a 1xx status that is no WebSocket upgrade; answering 500"
                 );
                 return HttpResponse::internal_server_error();
             }

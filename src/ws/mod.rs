@@ -92,7 +92,7 @@ mod route;
 mod sessions;
 mod socket;
 
-pub(crate) use route::confirm_upgrade;
+pub(crate) use route::{carries_upgrade, confirm_upgrade};
 pub(crate) use sessions::Sessions;
 
 pub use handler::WebSocketHandler;

@@ -210,6 +210,13 @@ struct Ticket {
     holds: Holds,
 }
 
+/// Whether `response` is a WebSocket route's `101`, which carries the
+/// ticket of its session (a handler's answer that [`confirm_upgrade`] may
+/// confirm later), without taking the ticket.
+pub(crate) fn carries_upgrade(response: &HttpResponse) -> bool {
+    response.status_code() == 101 && response.extensions().get::<UpgradeTicket>().is_some()
+}
+
 /// Lets the session of a WebSocket `response` start, when `response` is the
 /// `101` that carries its ticket; whether it was.
 pub(crate) fn confirm_upgrade(response: &mut HttpResponse) -> bool {
