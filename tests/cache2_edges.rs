@@ -69,10 +69,7 @@ async fn start_of_a_second() -> u64 {
 async fn dump(store: &dyn Store, keys: &[&str], out: &mut Vec<String>) {
     for key in keys {
         let value = store.get(key).await;
-        let ttl = store
-            .ttl(key)
-            .await
-            .map(|t| t.map(|t| t.as_millis().div_ceil(1000)));
+        let ttl = support::ttl_seconds(store, key).await;
         out.push(format!("  {key} = {value:?} ttl {ttl:?}"));
     }
 }
@@ -535,11 +532,7 @@ async fn a_refused_count_that_opens_a_window_treats_the_counter_alike_on_every_s
             let outcome = bounded("count", store.increment_in_window(count(key)))
                 .await
                 .unwrap();
-            let ttl = store
-                .ttl(key)
-                .await
-                .unwrap()
-                .map(|t| t.as_millis().div_ceil(1000));
+            let ttl = support::ttl_seconds(store.as_ref(), key).await.unwrap();
             let timer = store.get(&format!("{key}:timer")).await.unwrap();
             line.push(format!("{key}: {outcome:?} timer {timer:?} ttl {ttl:?}"));
         }

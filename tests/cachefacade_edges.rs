@@ -205,11 +205,7 @@ async fn hit_until_a_past_time_counts_in_a_window_pinned_after_reset_attempts() 
 async fn dump(store: &dyn Store, out: &mut Vec<String>) {
     for key in ["k", "k:timer", "z", "z:timer", "q", "q:timer"] {
         let value = store.get(key).await.unwrap();
-        let ttl = store
-            .ttl(key)
-            .await
-            .unwrap()
-            .map(|t| t.as_millis().div_ceil(1000));
+        let ttl = support::ttl_seconds(store, key).await.unwrap();
         out.push(format!("  {key} = {value:?} ttl {ttl:?}"));
     }
 }

@@ -295,11 +295,7 @@ async fn a_refused_opener_gives_a_counter_at_zero_the_window_on_a_cluster_too() 
             )
             .await
             .unwrap();
-            let ttl = store
-                .ttl(key)
-                .await
-                .unwrap()
-                .map(|t| t.as_millis().div_ceil(1000));
+            let ttl = support::ttl_seconds(store.as_ref(), key).await.unwrap();
             seen.push(format!(
                 "{name} {key}: counted {} count {} ttl {ttl:?}",
                 outcome.counted, outcome.count

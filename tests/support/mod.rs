@@ -16,7 +16,17 @@ pub mod ws;
 pub mod ws_frames;
 
 use chrono::{TimeZone, Utc};
+use suprnova::cache::{CacheError, Store};
 use suprnova::clock::FakeClock;
+
+/// The time to live of `key` in `store`, in whole seconds rounded up, as
+/// a transcript of a store shows it; `None` for a key without one.
+pub async fn ttl_seconds<S: Store + ?Sized>(
+    store: &S,
+    key: &str,
+) -> Result<Option<u128>, CacheError> {
+    Ok(store.ttl(key).await?.map(|t| t.as_millis().div_ceil(1000)))
+}
 
 /// The socket address written `s` (`203.0.113.5:4000`, `[::1]:80`).
 pub fn peer(s: &str) -> std::net::SocketAddr {
